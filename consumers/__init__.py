@@ -1,0 +1,1 @@
+"""Recovery consumer, reconciler, approvals and provider adapters."""

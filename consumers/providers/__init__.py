@@ -1,0 +1,1 @@
+"""Provider adapters: the protocol, the bundled fake and the HTTP Idempotency-Key adapter."""

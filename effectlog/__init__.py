@@ -1,0 +1,1 @@
+"""effectlog: the truth about external side effects performed by workers."""

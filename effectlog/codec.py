@@ -1,0 +1,95 @@
+"""Avro single-object encoding of effect events and reconciliation commands.
+
+A record is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the writer
+schema + the Avro binary body. The fingerprint names the writer schema without a registry;
+records written with an older known schema are resolved to the current reader schema.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from effectlog.errors import CodecError
+
+MARKER = b"\xc3\x01"
+HEADER_SIZE = 10
+EVENT_SCHEMA = "effect_event.v2.avsc"
+COMMAND_SCHEMA = "reconciliation_command.v1.avsc"
+
+
+def load_schema_text(name: str) -> dict[str, Any]:
+    """The JSON of a schema shipped in ``effectlog.schemas``."""
+    text = resources.files("effectlog.schemas").joinpath(name).read_text("utf-8")
+    return dict(json.loads(text))
+
+
+def schema_fingerprint(schema: dict[str, Any]) -> bytes:
+    """CRC-64-AVRO fingerprint of the schema's Parsing Canonical Form, little-endian."""
+    canonical = to_parsing_canonical_form(fastavro.parse_schema(schema, _write_hint=False))
+    return struct.pack("<Q", int(fingerprint(canonical, "CRC-64-AVRO"), 16))
+
+
+class Codec:
+    """Encodes with one writer schema; decodes any registered writer schema into it."""
+
+    def __init__(self, schema: dict[str, Any], older: Iterable[dict[str, Any]] = ()) -> None:
+        self.name = str(schema["name"])
+        self.schema = fastavro.parse_schema(schema)
+        self.fingerprint = schema_fingerprint(schema)
+        self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
+        for old in older:
+            self.register_writer(old)
+
+    def register_writer(self, schema: dict[str, Any]) -> None:
+        """Accept records written with ``schema`` (an older or newer compatible version)."""
+        self._writers[schema_fingerprint(schema)] = fastavro.parse_schema(schema)
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        """Single-object encoding of ``record`` with the current schema."""
+        buffer = io.BytesIO()
+        buffer.write(MARKER)
+        buffer.write(self.fingerprint)
+        try:
+            fastavro.schemaless_writer(buffer, self.schema, record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CodecError(f"record does not fit schema {self.name}: {exc}") from exc
+        return buffer.getvalue()
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        """Decode single-object bytes; raise :class:`CodecError` for anything else."""
+        if len(data) < HEADER_SIZE or data[:2] != MARKER:
+            raise CodecError("not an Avro single-object record (bad marker)")
+        writer = self._writers.get(data[2:HEADER_SIZE])
+        if writer is None:
+            raise CodecError(f"unknown writer schema fingerprint {data[2:HEADER_SIZE].hex()}")
+        body = io.BytesIO(data[HEADER_SIZE:])
+        try:
+            record = fastavro.schemaless_reader(body, writer, self.schema)
+        except Exception as exc:  # fastavro raises many types on corrupt input
+            raise CodecError(f"undecodable {self.name} body: {exc}") from exc
+        if body.tell() != len(data) - HEADER_SIZE:
+            raise CodecError("trailing bytes after the Avro body")
+        if not isinstance(record, dict):
+            raise CodecError("decoded value is not a record")
+        return record
+
+
+@cache
+def event_codec() -> Codec:
+    """The codec of :class:`~effectlog.model.EffectEvent` records (parsed once)."""
+    return Codec(load_schema_text(EVENT_SCHEMA))
+
+
+@cache
+def command_codec() -> Codec:
+    """The codec of reconciliation commands (parsed once)."""
+    return Codec(load_schema_text(COMMAND_SCHEMA))

@@ -1,0 +1,60 @@
+"""Backend-independent exception tree; the CLI maps each branch to one exit code."""
+
+from __future__ import annotations
+
+
+class EffectlogError(Exception):
+    """Base of every error effectlog raises on purpose."""
+
+    exit_code = 1
+
+
+class NotFound(EffectlogError):
+    """The key, position or record asked for does not exist (exit 1)."""
+
+    exit_code = 1
+
+
+class InvalidInput(EffectlogError):
+    """Malformed key, kind, target, payload or command input (exit 2)."""
+
+    exit_code = 2
+
+
+class CodecError(InvalidInput):
+    """Bytes that are not a record effectlog can decode."""
+
+
+class Conflict(EffectlogError):
+    """The request contradicts what the log already says (exit 3)."""
+
+    exit_code = 3
+    reason = "conflict"
+
+
+class PayloadMismatch(Conflict):
+    """Same idempotency key with a different payload, kind, target or operation."""
+
+    reason = "payload_mismatch"
+
+
+class IllegalTransition(Conflict):
+    """The transition is not allowed from the key's current state."""
+
+    reason = "illegal_transition"
+
+
+class Fenced(Conflict):
+    """The writer's fencing epoch is stale or owned by another worker."""
+
+    reason = "fenced"
+
+    def __init__(self, message: str, reason: str = "fenced") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class BackendUnavailable(EffectlogError):
+    """The log, broker or store could not be reached within the timeout (exit 4)."""
+
+    exit_code = 4

@@ -1,0 +1,108 @@
+"""The event log port: an append-only, partitioned, ordered log of keyed records.
+
+Two topics exist on every backend: ``events`` (effect transitions, keyed by idempotency
+key) and ``commands`` (reconciliation commands). A key always maps to one partition, so
+the log order per key is total.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+EVENTS = "events"
+COMMANDS = "commands"
+TOPICS = (EVENTS, COMMANDS)
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a record sits in the log: topic, partition and offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read back from the log."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    value: bytes
+    timestamp_ms: int
+
+    @property
+    def position(self) -> Position:
+        return Position(self.topic, self.partition, self.offset)
+
+
+class EventLog(ABC):
+    """An append-only log with one or more partitions per topic.
+
+    ``append`` returns only once the record is durable (committed and fsync'd, or
+    acknowledged by all in-sync replicas) and raises :class:`BackendUnavailable` otherwise.
+    """
+
+    url: str
+
+    @abstractmethod
+    def partitions(self, topic: str) -> int:
+        """Number of partitions of ``topic``."""
+
+    @abstractmethod
+    def partition_for(self, topic: str, key: str) -> int:
+        """The partition ``key`` is written to."""
+
+    @abstractmethod
+    def append(self, topic: str, key: str, value: bytes) -> Position:
+        """Durably append one record and return its position."""
+
+    def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Durably append several records; per-key order follows ``items`` order."""
+        return [self.append(topic, key, value) for key, value in items]
+
+    @abstractmethod
+    def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
+             timeout: float = 0.0) -> list[Record]:
+        """Up to ``limit`` records of one partition starting at ``offset`` (inclusive).
+
+        Waits up to ``timeout`` seconds for at least one record when none is there yet.
+        """
+
+    @abstractmethod
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Next offset to be written, per partition (the high watermark)."""
+
+    def read_key(self, topic: str, key: str) -> list[Record]:
+        """Every record of ``key`` in log order (a scan of the key's partition by default)."""
+        partition = self.partition_for(topic, key)
+        return [r for r in self.scan(topic, partition) if r.key == key]
+
+    def scan(self, topic: str, partition: int, start: int = 0,
+             end: int | None = None, batch: int = 5000) -> Iterator[Record]:
+        """Iterate one partition from ``start`` up to ``end`` (default: its end now)."""
+        stop = self.end_offsets(topic).get(partition, 0) if end is None else end
+        offset = start
+        while offset < stop:
+            records = self.read(topic, partition, offset, min(batch, stop - offset))
+            if not records:
+                return
+            for record in records:
+                if record.offset >= stop:
+                    return
+                yield record
+            offset = records[-1].offset + 1
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and flush pending work."""
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,198 @@
+"""The effect state machine: one table of legal transitions, fencing and binding checks.
+
+Pure functions shared by the writer (refuses before appending) and the projector (rejects
+what still reaches the log), so both judge an event the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, PayloadMismatch
+from effectlog.keys import canonical_payload, make_key, payload_hash
+from effectlog.model import (
+    Approval,
+    Decision,
+    EffectEvent,
+    Outcome,
+    State,
+    Transition,
+    now_ms,
+)
+
+S, T = State, Transition
+_RECORDED = frozenset({S.SUCCEEDED, S.FAILED})
+
+#: (state before, transition) -> states allowed after. ``None`` is "no event yet".
+LEGAL: dict[tuple[State | None, Transition], frozenset[State]] = {
+    (None, T.CREATE): frozenset({S.CREATED}),
+    (S.CREATED, T.RESERVE): frozenset({S.RESERVED}),
+    (S.RESERVED, T.CLAIM): frozenset({S.RESERVED}),
+    (S.DISPATCHED, T.CLAIM): frozenset({S.DISPATCHED}),
+    (S.UNKNOWN, T.CLAIM): frozenset({S.UNKNOWN}),
+    (S.AWAITING_APPROVAL, T.CLAIM): frozenset({S.AWAITING_APPROVAL}),
+    (S.RESERVED, T.DISPATCH): frozenset({S.DISPATCHED}),
+    (S.DISPATCHED, T.DISPATCH): frozenset({S.DISPATCHED}),
+    (S.UNKNOWN, T.DISPATCH): frozenset({S.DISPATCHED}),
+    (S.RESERVED, T.RECORD): _RECORDED,
+    (S.DISPATCHED, T.RECORD): _RECORDED,
+    (S.UNKNOWN, T.RECORD): _RECORDED,
+    (S.AWAITING_APPROVAL, T.RECORD): _RECORDED,
+    (S.DISPATCHED, T.UNKNOWN): frozenset({S.UNKNOWN}),
+    (S.UNKNOWN, T.AWAIT_APPROVAL): frozenset({S.AWAITING_APPROVAL}),
+    (S.UNKNOWN, T.APPROVE): frozenset({S.RESERVED, S.ABANDONED}),
+    (S.AWAITING_APPROVAL, T.APPROVE): frozenset({S.RESERVED, S.ABANDONED}),
+}
+
+#: Transitions that take a new fencing epoch (and with it, ownership of the key).
+CLAIMING = frozenset({T.RESERVE, T.CLAIM, T.APPROVE})
+
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+def legal_next_states(state: State | None, transition: Transition) -> frozenset[State]:
+    """States ``transition`` may lead to from ``state``; empty when it is illegal."""
+    return LEGAL.get((state, transition), frozenset())
+
+
+def check(current: EffectEvent | None, event: EffectEvent) -> None:
+    """Raise a :class:`Conflict` subclass if ``event`` may not follow ``current``."""
+    _check_binding(current, event)
+    before = current.state if current else None
+    allowed = legal_next_states(before, event.transition)
+    if event.state not in allowed:
+        name = before.value if before else "nothing"
+        raise IllegalTransition(
+            f"{event.transition.value} from {name} to {event.state.value} is not allowed "
+            f"for {event.idempotency_key}")
+    _check_details(current, event)
+    _check_epoch(current, event)
+
+
+def _check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
+    expected = make_key(event.operation_id, event.kind, event.target)
+    if event.idempotency_key != expected:
+        raise PayloadMismatch(f"key {event.idempotency_key!r} does not match its operation, "
+                              f"kind and target ({expected!r})")
+    if current is None:
+        return
+    for name in ("operation_id", "kind", "target", "payload_hash", "created_at"):
+        if getattr(current, name) != getattr(event, name):
+            raise PayloadMismatch(f"{name} differs from the original under key "
+                                  f"{event.idempotency_key}")
+    if current.event_id == event.event_id:
+        raise Conflict(f"duplicate delivery of event {event.event_id}")
+
+
+def _check_details(current: EffectEvent | None, event: EffectEvent) -> None:
+    if event.transition is T.CREATE:
+        if event.fencing_epoch != 0 or event.attempt != 0:
+            raise IllegalTransition("a create event starts at epoch 0 and attempt 0")
+        if event.payload is not None and payload_hash_of_bytes(event.payload) != event.payload_hash:
+            raise PayloadMismatch("payload bytes do not match payload_hash")
+        return
+    assert current is not None
+    step = 1 if event.transition is T.DISPATCH else 0
+    if event.attempt != current.attempt + step:
+        raise IllegalTransition(f"attempt {event.attempt} does not follow {current.attempt}")
+    if event.transition is T.RECORD and (event.outcome is None
+                                         or event.outcome.status is not event.state):
+        raise IllegalTransition("a record event needs an outcome matching its state")
+    if event.transition is T.APPROVE:
+        if event.approval is None:
+            raise IllegalTransition("an approve event needs a decision")
+        wanted = S.RESERVED if event.approval.decision is Decision.RETRY else S.ABANDONED
+        if event.state is not wanted:
+            raise IllegalTransition(f"decision {event.approval.decision.value} leads to {wanted.value}")
+
+
+def _check_epoch(current: EffectEvent | None, event: EffectEvent) -> None:
+    if current is None:
+        return
+    if event.transition in CLAIMING:
+        if event.fencing_epoch <= current.fencing_epoch:
+            raise Fenced(f"epoch {event.fencing_epoch} is not above the current epoch "
+                         f"{current.fencing_epoch} of {event.idempotency_key}", "stale_epoch")
+        return
+    if event.fencing_epoch < current.fencing_epoch:
+        raise Fenced(f"epoch {event.fencing_epoch} is stale: {event.idempotency_key} is at "
+                     f"epoch {current.fencing_epoch}", "stale_epoch")
+    if event.fencing_epoch > current.fencing_epoch:
+        raise Fenced(f"epoch {event.fencing_epoch} was never claimed for "
+                     f"{event.idempotency_key}", "unclaimed_epoch")
+    if event.worker_id != current.worker_id:
+        raise Fenced(f"epoch {event.fencing_epoch} of {event.idempotency_key} is owned by "
+                     f"{current.worker_id}, not {event.worker_id}", "foreign_owner")
+
+
+def payload_hash_of_bytes(data: bytes) -> str:
+    """sha256 hex of payload bytes already in canonical form."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def fold(events: Iterable[EffectEvent]) -> tuple[EffectEvent | None, list[tuple[EffectEvent, Conflict]]]:
+    """Apply events in log order: the accepted snapshot and the rejected events with why."""
+    current: EffectEvent | None = None
+    rejected: list[tuple[EffectEvent, Conflict]] = []
+    for event in events:
+        try:
+            check(current, event)
+        except Conflict as exc:
+            rejected.append((event, exc))
+            continue
+        current = event
+    return current, rejected
+
+
+def new_effect(operation_id: str, kind: str, target: str, payload: Any, worker_id: str, *,
+               payload_ref: str | None = None,
+               max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> EffectEvent:
+    """The create event of a new effect; the canonical payload travels unless a ref is given."""
+    key = make_key(operation_id, kind, target)
+    body = canonical_payload(payload)
+    if payload_ref is None and len(body) > max_payload_bytes:
+        raise InvalidInput(f"payload is {len(body)} bytes, over the {max_payload_bytes}-byte "
+                           "limit: pass a payload_ref instead")
+    if not worker_id or not isinstance(worker_id, str):
+        raise InvalidInput("worker_id must be a non-empty string")
+    stamp = now_ms()
+    event = EffectEvent(
+        idempotency_key=key, operation_id=operation_id, kind=kind, target=target,
+        payload_hash=payload_hash(payload), transition=T.CREATE, state=S.CREATED,
+        fencing_epoch=0, worker_id=worker_id, attempt=0, created_at=stamp, occurred_at=stamp,
+        payload=None if payload_ref else body, payload_ref=payload_ref,
+    )
+    check(None, event)
+    return event
+
+
+def advance(current: EffectEvent, transition: Transition, worker_id: str, *,
+            state: State | None = None, epoch: int | None = None,
+            outcome: Outcome | None = None, error: str | None = None,
+            approval: Approval | None = None) -> EffectEvent:
+    """The checked next event of ``current``; claiming transitions take ``epoch`` or epoch+1."""
+    if state is None:
+        state = _default_state(current.state, transition, outcome, approval)
+    if epoch is None:
+        epoch = current.fencing_epoch + 1 if transition in CLAIMING else current.fencing_epoch
+    step = 1 if transition is T.DISPATCH else 0
+    event = current.next(transition, state, fencing_epoch=epoch, worker_id=worker_id,
+                         attempt=current.attempt + step, outcome=outcome or current.outcome,
+                         error=error, approval=approval or current.approval,
+                         payload_ref=current.payload_ref)
+    check(current, event)
+    return event
+
+
+def _default_state(state: State, transition: Transition, outcome: Outcome | None,
+                   approval: Approval | None) -> State:
+    if transition is T.RECORD and outcome is not None:
+        return outcome.status
+    if transition is T.APPROVE and approval is not None:
+        return S.RESERVED if approval.decision is Decision.RETRY else S.ABANDONED
+    allowed = legal_next_states(state, transition)
+    if len(allowed) != 1:
+        raise IllegalTransition(f"{transition.value} is not allowed from {state.value}")
+    return next(iter(allowed))

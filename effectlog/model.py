@@ -1,0 +1,174 @@
+"""The effect event: one transition plus the full state snapshot of its key (pure, no I/O)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+
+class State(StrEnum):
+    """Where an effect stands after its latest accepted transition."""
+
+    CREATED = "CREATED"
+    RESERVED = "RESERVED"
+    DISPATCHED = "DISPATCHED"
+    UNKNOWN = "UNKNOWN"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    ABANDONED = "ABANDONED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
+STUCK = frozenset({State.RESERVED, State.DISPATCHED, State.UNKNOWN})
+
+
+class Transition(StrEnum):
+    """The event names; each appended event is exactly one of these."""
+
+    CREATE = "CREATE"
+    RESERVE = "RESERVE"
+    CLAIM = "CLAIM"
+    DISPATCH = "DISPATCH"
+    RECORD = "RECORD"
+    UNKNOWN = "UNKNOWN"
+    AWAIT_APPROVAL = "AWAIT_APPROVAL"
+    APPROVE = "APPROVE"
+
+    @classmethod
+    def parse(cls, name: str) -> Transition:
+        """Accept ``dispatch`` or ``DISPATCH``; raise ValueError for anything else."""
+        return cls(name.strip().upper())
+
+
+class Decision(StrEnum):
+    RETRY = "RETRY"
+    ABANDON = "ABANDON"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A recorded provider result; ``source`` is ``worker`` or ``lookup`` (reconciled)."""
+
+    status: State  # SUCCEEDED or FAILED
+    result: Any = None
+    source: str = "worker"
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "result_json": json.dumps(self.result, sort_keys=True, separators=(",", ":")),
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Outcome:
+        return cls(State(rec["status"]), json.loads(rec["result_json"]), rec.get("source", "worker"))
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A human or policy decision on an effect awaiting approval."""
+
+    decision: Decision
+    by: str
+    reason: str
+    at: int = field(default_factory=now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectEvent:
+    """One transition of one effect and the key's full snapshot after it."""
+
+    idempotency_key: str
+    operation_id: str
+    kind: str
+    target: str
+    payload_hash: str
+    transition: Transition
+    state: State
+    fencing_epoch: int
+    worker_id: str
+    attempt: int
+    created_at: int
+    occurred_at: int
+    payload: bytes | None = None
+    payload_ref: str | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+    approval: Approval | None = None
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def next(self, transition: Transition, state: State, **changes: Any) -> EffectEvent:
+        """The following event of the same key: payload bytes dropped, new id and time."""
+        base: dict[str, Any] = {
+            "transition": transition, "state": state, "payload": None,
+            "occurred_at": now_ms(), "event_id": uuid.uuid4().hex, "error": None,
+        }
+        base.update(changes)
+        return replace(self, **base)
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro record dict of this event."""
+        rec = asdict(self)
+        rec["transition"] = self.transition.value
+        rec["state"] = self.state.value
+        rec["outcome"] = self.outcome.to_record() if self.outcome else None
+        if self.approval is not None:
+            rec["approval"] = {"decision": self.approval.decision.value, "by": self.approval.by,
+                               "reason": self.approval.reason, "at": self.approval.at}
+        return rec
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> EffectEvent:
+        """Build from a decoded Avro record (timestamps may arrive as datetimes)."""
+        approval = rec.get("approval")
+        outcome = rec.get("outcome")
+        return cls(
+            idempotency_key=rec["idempotency_key"], operation_id=rec["operation_id"],
+            kind=rec["kind"], target=rec["target"], payload_hash=rec["payload_hash"],
+            transition=Transition(rec["transition"]), state=State(rec["state"]),
+            fencing_epoch=int(rec["fencing_epoch"]), worker_id=rec["worker_id"],
+            attempt=int(rec["attempt"]), created_at=_ms(rec["created_at"]),
+            occurred_at=_ms(rec["occurred_at"]), payload=rec.get("payload"),
+            payload_ref=rec.get("payload_ref"),
+            outcome=Outcome.from_record(outcome) if outcome else None,
+            error=rec.get("error"),
+            approval=Approval(Decision(approval["decision"]), approval["by"], approval["reason"],
+                              _ms(approval["at"])) if approval else None,
+            event_id=rec.get("event_id") or f"v1:{rec['idempotency_key']}:{_ms(rec['occurred_at'])}",
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-friendly view (payload bytes shown as text when they are UTF-8 JSON)."""
+        out = self.to_record()
+        if self.payload is not None:
+            out["payload"] = json.loads(self.payload.decode("utf-8"))
+        if self.outcome is not None:
+            out["outcome"] = {"status": self.outcome.status.value, "result": self.outcome.result,
+                              "source": self.outcome.source}
+        return out
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ms(value: int | datetime) -> int:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return (value - _EPOCH) // timedelta(milliseconds=1)
+    return int(value)

@@ -1,0 +1,1 @@
+"""Test kits users import into their own suites (provider contract)."""

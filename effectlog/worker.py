@@ -1,0 +1,255 @@
+"""The worker API: one durable, checked event per transition, and a guarded provider call.
+
+A worker never calls a provider before its DISPATCHED event is durable and accepted, and
+never turns a timeout or crash into FAILED: what it cannot confirm becomes UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from effectlog.codec import event_codec
+from effectlog.errors import Conflict, Fenced, IllegalTransition, NotFound
+from effectlog.log.base import EVENTS, EventLog, Position
+from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES, advance, new_effect
+from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
+from effectlog.provider import ProviderFailed
+from effectlog.view import LogView, StateView, decode_events
+
+logger = logging.getLogger(__name__)
+
+T = Transition
+
+
+class EffectInDoubt(Conflict):
+    """The effect may already have happened (DISPATCHED, UNKNOWN or awaiting approval):
+    it is left to recovery and reconciliation, never re-run blindly."""
+
+    reason = "in_doubt"
+
+    def __init__(self, event: EffectEvent) -> None:
+        super().__init__(f"{event.idempotency_key} is {event.state.value}: "
+                         "left to recovery, not re-run")
+        self.event = event
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """An accepted event and where it sits in the log."""
+
+    event: EffectEvent
+    position: Position
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """Writes effect transitions for one worker identity.
+
+    ``view`` supplies current state and read-your-writes (default: fold the key's events
+    from the log, right for SQLite and memory; use the projection's view on Kafka).
+    """
+
+    def __init__(self, log: EventLog, worker_id: str | None = None, *,
+                 view: StateView | None = None, verify: bool = True,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 accept_timeout_s: float = 10.0) -> None:
+        self.log = log
+        self.worker_id = worker_id or default_worker_id()
+        self.view: StateView = view or LogView(log)
+        self.verify = verify
+        self.max_payload_bytes = max_payload_bytes
+        self.accept_timeout_s = accept_timeout_s
+        self._codec = event_codec()
+        self.last_position: Position | None = None
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> EffectEvent | None:
+        """The key's current snapshot, or None."""
+        return self.view.current(key)
+
+    def history(self, key: str) -> list[EffectEvent]:
+        """Every decodable event of ``key`` in log order (accepted or not)."""
+        return decode_events(self.log, key)
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def create(self, operation_id: str, kind: str, target: str, payload: Any, *,
+               payload_ref: str | None = None) -> EffectEvent:
+        """Create the effect, or return the existing one when key and payload match.
+
+        Raises :class:`PayloadMismatch` when the key exists with another payload.
+        """
+        event = new_effect(operation_id, kind, target, payload, self.worker_id,
+                           payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
+        existing = self.view.current(event.idempotency_key)
+        if existing is not None:
+            from effectlog.machine import check  # same binding rules as the projector
+
+            try:
+                check(existing, event)
+            except IllegalTransition:
+                return existing  # same key, same payload: the original record
+        return self._append(None, event)
+
+    def reserve(self, key: str) -> EffectEvent:
+        """Take ownership with the next fencing epoch (RESERVE from CREATED, else CLAIM)."""
+        current = self._require(key)
+        transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
+        return self._append(current, advance(current, transition, self.worker_id))
+
+    def dispatch(self, key: str) -> EffectEvent:
+        """Mark DISPATCHED; returns only when that is durable and accepted."""
+        current = self._require(key)
+        return self._append(current, advance(current, T.DISPATCH, self.worker_id))
+
+    def record(self, key: str, status: State | str, result: Any = None, *,
+               source: str = "worker") -> EffectEvent:
+        """Record the provider's outcome: SUCCEEDED or FAILED."""
+        state = State(status.upper()) if isinstance(status, str) else status
+        current = self._require(key)
+        outcome = Outcome(state, result, source)
+        return self._append(current, advance(current, T.RECORD, self.worker_id, outcome=outcome))
+
+    def unknown(self, key: str, error: str) -> EffectEvent:
+        """Mark UNKNOWN: the dispatch may or may not have reached the provider."""
+        current = self._require(key)
+        return self._append(current, advance(current, T.UNKNOWN, self.worker_id, error=error))
+
+    def await_approval(self, key: str, reason: str) -> EffectEvent:
+        """Park an UNKNOWN effect until a person or policy decides."""
+        current = self._require(key)
+        event = advance(current, T.AWAIT_APPROVAL, self.worker_id, error=reason)
+        return self._append(current, event)
+
+    def approve(self, key: str, decision: Decision | str, by: str, reason: str) -> EffectEvent:
+        """Decide on an UNKNOWN effect: RETRY (back to RESERVED) or ABANDON."""
+        choice = Decision(decision.upper()) if isinstance(decision, str) else decision
+        current = self._require(key)
+        approval = Approval(choice, by, reason)
+        return self._append(current, advance(current, T.APPROVE, self.worker_id,
+                                             approval=approval))
+
+    # -- guarded provider call -----------------------------------------------------------
+
+    @contextmanager
+    def effect(self, operation_id: str, kind: str, target: str, payload: Any, *,
+               payload_ref: str | None = None) -> Iterator[EffectCall]:
+        """Create, reserve and dispatch; the block performs the call and records it.
+
+        An exception in the block marks the effect UNKNOWN (``ProviderFailed`` records
+        FAILED); leaving the block without recording also marks it UNKNOWN.
+        """
+        call = self._begin(operation_id, kind, target, payload, payload_ref)
+        if call.done:
+            yield call
+            return
+        try:
+            yield call
+        except ProviderFailed as exc:
+            call.failed(exc.result if exc.result is not None else {"error": str(exc)})
+            raise
+        except BaseException as exc:
+            if call.outcome is None:
+                self.unknown(call.key, f"{type(exc).__name__}: {exc}"[:500])
+            raise
+        if call.outcome is None:
+            self.unknown(call.key, "the effect block ended without recording an outcome")
+
+    def perform(self, operation_id: str, kind: str, target: str, payload: Any,
+                fn: Callable[[EffectCall], Any], *, payload_ref: str | None = None) -> Any:
+        """Run ``fn(call)`` as the provider call of the effect and record its return value.
+
+        Same key and payload twice returns the recorded result without calling ``fn``.
+        """
+        with self.effect(operation_id, kind, target, payload, payload_ref=payload_ref) as call:
+            if call.done:
+                return call.result
+            result = fn(call)
+            call.succeeded(result)
+            return result
+
+    def _begin(self, operation_id: str, kind: str, target: str, payload: Any,
+               payload_ref: str | None) -> EffectCall:
+        current = self.create(operation_id, kind, target, payload, payload_ref=payload_ref)
+        if current.state in (State.SUCCEEDED, State.FAILED, State.ABANDONED):
+            return EffectCall(self, current, payload, done=True)
+        if current.state not in (State.CREATED, State.RESERVED):
+            raise EffectInDoubt(current)
+        self.reserve(current.idempotency_key)
+        dispatched = self.dispatch(current.idempotency_key)
+        return EffectCall(self, dispatched, payload)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _require(self, key: str) -> EffectEvent:
+        current = self.view.current(key)
+        if current is None:
+            raise NotFound(f"no effect with key {key}")
+        return current
+
+    def _append(self, current: EffectEvent | None, event: EffectEvent) -> EffectEvent:
+        position = self.log.append(EVENTS, event.idempotency_key,
+                                   self._codec.encode(event.to_record()))
+        self.last_position = position
+        if self.verify and not self.view.accepted(event, position, self.accept_timeout_s):
+            winner = self.view.current(event.idempotency_key)
+            owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
+            raise Fenced(f"{event.transition.value} on {event.idempotency_key} lost to a "
+                         f"concurrent writer{owner}", "lost_race")
+        logger.debug("appended %s %s at %s", event.transition.value, event.idempotency_key,
+                     position)
+        return event
+
+
+class EffectCall:
+    """The dispatched effect handed to the provider call: key, epoch, payload, recorder."""
+
+    def __init__(self, worker: Worker, event: EffectEvent, payload: Any,
+                 done: bool = False) -> None:
+        self._worker = worker
+        self.event = event
+        self.payload = payload
+        self.done = done
+        self.outcome: Outcome | None = event.outcome if done else None
+
+    @property
+    def key(self) -> str:
+        return self.event.idempotency_key
+
+    @property
+    def fencing_epoch(self) -> int:
+        return self.event.fencing_epoch
+
+    @property
+    def payload_hash(self) -> str:
+        return self.event.payload_hash
+
+    @property
+    def result(self) -> Any:
+        """The recorded result (for an effect that was already done, the original one)."""
+        return self.outcome.result if self.outcome else None
+
+    def succeeded(self, result: Any = None) -> EffectEvent:
+        """Record SUCCEEDED with the provider's result."""
+        return self._record(State.SUCCEEDED, result)
+
+    def failed(self, result: Any = None) -> EffectEvent:
+        """Record FAILED: the provider definitively refused."""
+        return self._record(State.FAILED, result)
+
+    def _record(self, state: State, result: Any) -> EffectEvent:
+        json.dumps(result)  # fail before writing if the result is not JSON
+        event = self._worker.record(self.key, state, result)
+        self.outcome = event.outcome
+        return event

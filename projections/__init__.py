@@ -1,0 +1,1 @@
+"""RocksDB projection of the effect log and its read-side queries."""

@@ -1,0 +1,76 @@
+"""One contract suite for the EventLog port; each backend's test module subclasses it.
+
+A subclass provides the ``log`` fixture (a fresh, empty log per test).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from effectlog.log import COMMANDS, EVENTS, EventLog
+
+
+class LogContract:
+    """Behaviour every event log backend must show."""
+
+    @pytest.fixture
+    def log(self) -> EventLog:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def test_append_returns_increasing_positions_per_partition(self, log: EventLog) -> None:
+        positions = [log.append(EVENTS, "agent:op1:email.send:a", b"v%d" % i) for i in range(5)]
+        assert len({p.partition for p in positions}) == 1
+        offsets = [p.offset for p in positions]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 5
+
+    def test_read_returns_what_was_appended_in_order(self, log: EventLog) -> None:
+        key = "agent:op2:email.send:b"
+        first = log.append(EVENTS, key, b"one")
+        log.append(EVENTS, key, b"two")
+        records = log.read(EVENTS, first.partition, first.offset, 10, timeout=5)
+        assert [r.value for r in records if r.key == key][:2] == [b"one", b"two"]
+        assert records[0].offset == first.offset and records[0].key == key
+
+    def test_end_offsets_move_past_appended_records(self, log: EventLog) -> None:
+        pos = log.append(EVENTS, "agent:op3:k:t", b"x")
+        assert log.end_offsets(EVENTS)[pos.partition] == pos.offset + 1
+
+    def test_read_key_returns_only_that_key_in_order(self, log: EventLog) -> None:
+        for i in range(3):
+            log.append(EVENTS, "agent:a:k:t", b"a%d" % i)
+            log.append(EVENTS, "agent:b:k:t", b"b%d" % i)
+        assert [r.value for r in log.read_key(EVENTS, "agent:a:k:t")] == [b"a0", b"a1", b"a2"]
+
+    def test_topics_are_separate(self, log: EventLog) -> None:
+        log.append(COMMANDS, "agent:c:k:t", b"cmd")
+        assert log.read_key(EVENTS, "agent:c:k:t") == []
+        assert [r.value for r in log.read_key(COMMANDS, "agent:c:k:t")] == [b"cmd"]
+
+    def test_same_key_always_lands_in_the_same_partition(self, log: EventLog) -> None:
+        key = "agent:op4:payment.charge:acct-9"
+        assert {log.append(EVENTS, key, b"x").partition for _ in range(4)} == {
+            log.partition_for(EVENTS, key)
+        }
+
+    def test_append_many_keeps_order(self, log: EventLog) -> None:
+        items = [(f"agent:m{i % 3}:k:t", b"%d" % i) for i in range(30)]
+        positions = log.append_many(EVENTS, items)
+        assert len(positions) == 30
+        got = log.read_key(EVENTS, "agent:m1:k:t")
+        assert [r.value for r in got] == [v for k, v in items if k == "agent:m1:k:t"]
+
+    def test_scan_stops_at_the_end_seen_at_start(self, log: EventLog) -> None:
+        for i in range(7):
+            log.append(EVENTS, "agent:s:k:t", b"%d" % i)
+        part = log.partition_for(EVENTS, "agent:s:k:t")
+        assert len([r for r in log.scan(EVENTS, part) if r.key == "agent:s:k:t"]) == 7
+
+    def test_read_past_the_end_is_empty(self, log: EventLog) -> None:
+        end = log.end_offsets(EVENTS)
+        for partition, offset in end.items():
+            assert log.read(EVENTS, partition, offset, 10, timeout=0.2) == []
+
+    def test_binary_values_round_trip_exactly(self, log: EventLog) -> None:
+        value = bytes(range(256)) * 4
+        pos = log.append(EVENTS, "agent:bin:k:t", value)
+        assert log.read(EVENTS, pos.partition, pos.offset, 1, timeout=5)[0].value == value

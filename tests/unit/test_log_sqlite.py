@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from effectlog.errors import BackendUnavailable, InvalidInput
+from effectlog.log import EVENTS, EventLog, open_log
+from effectlog.log.sqlite import path_from_url
+from tests.log_contract import LogContract
+
+
+class TestSqliteLog(LogContract):
+    @pytest.fixture
+    def log(self, tmp_path: Path) -> EventLog:
+        return open_log(f"sqlite:///{tmp_path}/log.db")
+
+
+def _appender(url: str, worker: int, count: int) -> None:
+    log = open_log(url)
+    for i in range(count):
+        log.append(EVENTS, f"agent:w{worker}-{i % 5}:k:t", f"{worker}:{i}".encode())
+    log.close()
+
+
+def test_concurrent_processes_lose_nothing_and_keep_per_key_order(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/shared.db"
+    open_log(url).close()
+    workers, count = 4, 2000
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_appender, args=(url, w, count)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    log = open_log(url)
+    records = list(log.scan(EVENTS, 0))
+    assert len(records) == workers * count
+    assert [r.offset for r in records] == list(range(workers * count))
+    seen: dict[int, list[int]] = {}
+    for r in records:
+        w, i = map(int, r.value.decode().split(":"))
+        seen.setdefault(w, []).append(i)
+    assert all(seen[w] == list(range(count)) for w in range(workers))
+
+
+def test_relative_and_absolute_urls() -> None:
+    assert path_from_url("sqlite:///rel/log.db") == Path("rel/log.db")
+    assert path_from_url("sqlite:////abs/log.db") == Path("/abs/log.db")
+    with pytest.raises(InvalidInput):
+        path_from_url("sqlite://")
+
+
+def test_unopenable_file_is_backend_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(BackendUnavailable):
+        open_log(f"sqlite:///{blocker}/log.db")
+
+
+def test_log_directory_is_private(tmp_path: Path) -> None:
+    open_log(f"sqlite:///{tmp_path}/private/log.db").close()
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
