@@ -78,7 +78,7 @@ def _check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
                               f"kind and target ({expected!r})")
     if current is None:
         return
-    for name in ("operation_id", "kind", "target", "payload_hash", "created_at"):
+    for name in ("operation_id", "kind", "target", "payload_hash"):
         if getattr(current, name) != getattr(event, name):
             raise PayloadMismatch(f"{name} differs from the original under key "
                                   f"{event.idempotency_key}")
@@ -94,6 +94,8 @@ def _check_details(current: EffectEvent | None, event: EffectEvent) -> None:
             raise PayloadMismatch("payload bytes do not match payload_hash")
         return
     assert current is not None
+    if event.created_at != current.created_at or event.payload_ref != current.payload_ref:
+        raise IllegalTransition("created_at and payload_ref are fixed at creation")
     step = 1 if event.transition is T.DISPATCH else 0
     if event.attempt != current.attempt + step:
         raise IllegalTransition(f"attempt {event.attempt} does not follow {current.attempt}")

@@ -1,0 +1,97 @@
+"""The ``effectlog`` command: a click group whose commands are imported only when run.
+
+Global options are read once here and handed to commands in :class:`CliContext`; errors
+from the exception tree become one-line messages and the documented exit codes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from effectlog.cli.context import CliContext
+
+#: command name -> "module:attribute"; each module owns its command(s).
+COMMANDS: dict[str, str] = {
+    "append": "effectlog.cli.log_commands:append",
+    "history": "effectlog.cli.log_commands:history",
+    "topics": "effectlog.cli.log_commands:topics",
+    "get": "effectlog.cli.read_commands:get",
+    "list": "effectlog.cli.read_commands:list_effects",
+    "stats": "effectlog.cli.read_commands:stats",
+    "project": "effectlog.cli.project_commands:project",
+    "rebuild": "effectlog.cli.project_commands:rebuild",
+    "recover": "effectlog.cli.recovery_commands:recover",
+    "reconcile": "effectlog.cli.recovery_commands:reconcile",
+    "approve": "effectlog.cli.recovery_commands:approve",
+    "fake-provider": "effectlog.cli.recovery_commands:fake_provider",
+    "serve": "effectlog.cli.serve_command:serve",
+    "replay": "effectlog.cli.replay_command:replay",
+    "demo": "effectlog.cli.demo_command:demo",
+}
+
+HELP: dict[str, str] = {
+    "append": "Append transitions read as JSON lines on stdin (for non-Python workers).",
+    "history": "Show every event of one key, read from the log.",
+    "topics": "Create and check the Kafka topics.",
+    "get": "Show the current state of one key from the projection.",
+    "list": "List effects by state and age (an index range scan).",
+    "stats": "Counts by state, rejected events by reason, lag and metrics.",
+    "project": "Run the projector: log -> RocksDB.",
+    "rebuild": "Rebuild the projection from the log and swap it in atomically.",
+    "recover": "Find stuck effects and emit reconciliation commands.",
+    "reconcile": "Settle stuck effects by provider lookup, per the recovery table.",
+    "approve": "Decide on an effect awaiting approval: retry or abandon.",
+    "fake-provider": "Run the bundled fake provider over HTTP for manual trials.",
+    "serve": "Projector, recovery and reconciler in one process, with /metrics.",
+    "replay": "Stream the log for audits (JSON lines or Avro) and verify histories.",
+    "demo": "Simulated agent workload with crashes: effectlog against naive retries.",
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log", "log_url", envvar="EFFECTLOG_LOG", show_envvar=True,
+              default="sqlite:///./.effectlog/log.db", show_default=True,
+              help="Event log URL: sqlite:///path, kafka://host:9092?prefix=effects, memory://")
+@click.option("--state", "state_dir", envvar="EFFECTLOG_STATE", show_envvar=True,
+              default="./.effectlog/state", show_default=True,
+              help="Directory of the RocksDB projection.")
+@click.version_option(package_name="effectlog")
+@click.pass_context
+def cli(ctx: click.Context, log_url: str, state_dir: str) -> None:
+    """effectlog: the truth about external side effects performed by workers."""
+    ctx.obj = CliContext(log_url=log_url, state_dir=state_dir)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry point: run the CLI and map errors to exit codes."""
+    from effectlog.cli.context import run_guarded
+
+    return run_guarded(cli, argv)
+
+
+if __name__ == "__main__":
+    main()

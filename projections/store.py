@@ -1,0 +1,60 @@
+"""The read side of the projection: what the CLI, workers and recovery ask of it.
+
+The projector (``projections.projector``) is the only writer; everything else reads
+through :class:`ProjectionReader`, which is safe to open while the projector runs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from effectlog.log.base import Position
+from effectlog.model import EffectEvent, State
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """An event the projector refused, kept with why and its raw bytes."""
+
+    position: Position
+    key: str
+    reason: str
+    detail: str
+    raw: bytes
+    at_ms: int
+
+
+class ProjectionReader(ABC):
+    """Queries over the projected state; a fresh read sees what the projector committed."""
+
+    @abstractmethod
+    def get(self, key: str) -> EffectEvent | None:
+        """The current snapshot of ``key``, or None."""
+
+    @abstractmethod
+    def scan_state(self, state: State, older_than_ms: int | None = None,
+                   limit: int | None = None) -> Iterator[EffectEvent]:
+        """Effects in ``state`` whose last transition is older than ``older_than_ms``
+        (epoch milliseconds), oldest first: a range scan over the state/time index."""
+
+    @abstractmethod
+    def rejected(self, limit: int | None = None) -> Iterator[Rejection]:
+        """Rejected events, in log order."""
+
+    @abstractmethod
+    def rejected_at(self, position: Position) -> Rejection | None:
+        """The rejection stored for the event at ``position``, if it was rejected."""
+
+    @abstractmethod
+    def next_offsets(self) -> dict[int, int]:
+        """Per partition of the events topic: the next offset the projector will apply."""
+
+    @abstractmethod
+    def counts(self) -> dict[str, int]:
+        """Number of effects per state name, and of rejected events per reason
+        (keys ``state:<NAME>`` and ``rejected:<reason>``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the database handles."""
