@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectlog.codec import event_codec
-from effectlog.errors import Conflict, Fenced, IllegalTransition, NotFound
+from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, NotFound
 from effectlog.log.base import EVENTS, EventLog, Position
-from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES, advance, new_effect
+from effectlog.machine import CLAIMING, DEFAULT_MAX_PAYLOAD_BYTES, advance, check, new_effect
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.provider import ProviderFailed
 from effectlog.view import LogView, StateView, decode_events
@@ -71,6 +71,7 @@ class Worker:
         self.accept_timeout_s = accept_timeout_s
         self._codec = event_codec()
         self.last_position: Position | None = None
+        self._claimed: dict[str, int] = {}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -94,47 +95,60 @@ class Worker:
                            payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
         existing = self.view.current(event.idempotency_key)
         if existing is not None:
-            from effectlog.machine import check  # same binding rules as the projector
-
             try:
                 check(existing, event)
             except IllegalTransition:
                 return existing  # same key, same payload: the original record
         return self._append(None, event)
 
-    def reserve(self, key: str) -> EffectEvent:
-        """Take ownership with the next fencing epoch (RESERVE from CREATED, else CLAIM)."""
+    def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
+        """Take ownership with a new fencing epoch (default: current + 1).
+
+        RESERVE from CREATED; from any other open state it is a CLAIM that takes over
+        the key (a replacement worker), keeping the state.
+        """
         current = self._require(key)
         transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
-        return self._append(current, advance(current, transition, self.worker_id))
+        return self._append(current, advance(current, transition, self.worker_id, epoch=epoch))
 
-    def dispatch(self, key: str) -> EffectEvent:
+    def dispatch(self, key: str, *, epoch: int | None = None) -> EffectEvent:
         """Mark DISPATCHED; returns only when that is durable and accepted."""
         current = self._require(key)
-        return self._append(current, advance(current, T.DISPATCH, self.worker_id))
+        return self._append(current, advance(current, T.DISPATCH, self.worker_id,
+                                             epoch=self._epoch(key, current, epoch)))
 
     def record(self, key: str, status: State | str, result: Any = None, *,
-               source: str = "worker") -> EffectEvent:
+               source: str = "worker", epoch: int | None = None) -> EffectEvent:
         """Record the provider's outcome: SUCCEEDED or FAILED."""
         state = State(status.upper()) if isinstance(status, str) else status
+        if state not in (State.SUCCEEDED, State.FAILED):
+            raise IllegalTransition(f"an outcome is SUCCEEDED or FAILED, not {state.value}")
         current = self._require(key)
         outcome = Outcome(state, result, source)
-        return self._append(current, advance(current, T.RECORD, self.worker_id, outcome=outcome))
+        return self._append(current, advance(current, T.RECORD, self.worker_id, outcome=outcome,
+                                             epoch=self._epoch(key, current, epoch)))
 
-    def unknown(self, key: str, error: str) -> EffectEvent:
+    def unknown(self, key: str, error: str, *, epoch: int | None = None) -> EffectEvent:
         """Mark UNKNOWN: the dispatch may or may not have reached the provider."""
         current = self._require(key)
-        return self._append(current, advance(current, T.UNKNOWN, self.worker_id, error=error))
+        return self._append(current, advance(current, T.UNKNOWN, self.worker_id, error=error,
+                                             epoch=self._epoch(key, current, epoch)))
 
-    def await_approval(self, key: str, reason: str) -> EffectEvent:
+    def await_approval(self, key: str, reason: str, *, epoch: int | None = None) -> EffectEvent:
         """Park an UNKNOWN effect until a person or policy decides."""
         current = self._require(key)
-        event = advance(current, T.AWAIT_APPROVAL, self.worker_id, error=reason)
+        event = advance(current, T.AWAIT_APPROVAL, self.worker_id, error=reason,
+                        epoch=self._epoch(key, current, epoch))
         return self._append(current, event)
 
     def approve(self, key: str, decision: Decision | str, by: str, reason: str) -> EffectEvent:
-        """Decide on an UNKNOWN effect: RETRY (back to RESERVED) or ABANDON."""
+        """Decide on an UNKNOWN effect: RETRY (back to RESERVED) or ABANDON.
+
+        The decision claims a new epoch, fencing out any worker still holding the old one.
+        """
         choice = Decision(decision.upper()) if isinstance(decision, str) else decision
+        if not by.strip() or not reason.strip():
+            raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
         current = self._require(key)
         approval = Approval(choice, by, reason)
         return self._append(current, advance(current, T.APPROVE, self.worker_id,
@@ -192,6 +206,16 @@ class Worker:
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _epoch(self, key: str, current: EffectEvent, epoch: int | None) -> int:
+        """The epoch this worker writes with: explicit, else the one it claimed, else current.
+
+        Remembering the claimed epoch is what fences a paused worker out after a
+        replacement with the same worker id has claimed the key.
+        """
+        if epoch is not None:
+            return epoch
+        return self._claimed.get(key, current.fencing_epoch)
+
     def _require(self, key: str) -> EffectEvent:
         current = self.view.current(key)
         if current is None:
@@ -207,6 +231,8 @@ class Worker:
             owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
             raise Fenced(f"{event.transition.value} on {event.idempotency_key} lost to a "
                          f"concurrent writer{owner}", "lost_race")
+        if event.transition in CLAIMING:
+            self._claimed[event.idempotency_key] = event.fencing_epoch
         logger.debug("appended %s %s at %s", event.transition.value, event.idempotency_key,
                      position)
         return event

@@ -1,0 +1,223 @@
+"""Commands that talk to the event log directly: ``append``, ``history``, ``topics``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from effectlog.cli.context import EXIT_USAGE, CliContext, emit_json, fail
+from effectlog.errors import EffectlogError, InvalidInput
+from effectlog.model import EffectEvent, Transition
+
+APPEND_TRANSITIONS = ("create", "reserve", "claim", "dispatch", "record", "unknown", "await_approval")
+
+
+def _parse_line(number: int, line: str) -> dict[str, Any]:
+    try:
+        request = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}") from exc
+    if not isinstance(request, dict):
+        raise InvalidInput(f"line {number}: expected a JSON object")
+    name = request.get("transition")
+    if not isinstance(name, str) or name.strip().lower() not in APPEND_TRANSITIONS:
+        raise InvalidInput(f"line {number}: unknown transition {name!r}; "
+                           f"use one of {', '.join(APPEND_TRANSITIONS)}")
+    for field in ("operation_id", "kind", "target", "worker_id"):
+        if not isinstance(request.get(field), str):
+            raise InvalidInput(f"line {number}: {field!r} is required and must be a string")
+    epoch = request.get("fencing_epoch")
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+        raise InvalidInput(f"line {number}: fencing_epoch must be a non-negative integer")
+    return request
+
+
+def _apply(worker: Any, request: dict[str, Any], number: int) -> EffectEvent:
+    from effectlog.keys import make_key
+
+    transition = Transition.parse(request["transition"])
+    payload = request.get("payload")
+    if transition is Transition.CREATE:
+        return worker.create(request["operation_id"], request["kind"], request["target"], payload,  # type: ignore[no-any-return]
+                             payload_ref=request.get("payload_ref"))
+    key = make_key(request["operation_id"], request["kind"], request["target"])
+    if "payload" in request:
+        _check_payload(worker, key, payload)
+    epoch = request.get("fencing_epoch")
+    if transition in (Transition.RESERVE, Transition.CLAIM):
+        return worker.reserve(key, epoch=epoch)  # type: ignore[no-any-return]
+    if transition is Transition.DISPATCH:
+        return worker.dispatch(key, epoch=epoch)  # type: ignore[no-any-return]
+    if transition is Transition.RECORD:
+        outcome = request.get("outcome")
+        if not isinstance(outcome, dict) or str(outcome.get("status", "")).lower() not in (
+                "succeeded", "failed"):
+            raise InvalidInput(f"line {number}: record needs outcome.status succeeded|failed")
+        return worker.record(key, outcome["status"], outcome.get("result"), epoch=epoch)  # type: ignore[no-any-return]
+    if transition is Transition.UNKNOWN:
+        return worker.unknown(key, str(request.get("error") or "reported unknown"), epoch=epoch)  # type: ignore[no-any-return]
+    return worker.await_approval(key, str(request.get("error") or "needs approval"), epoch=epoch)  # type: ignore[no-any-return]
+
+
+def _check_payload(worker: Any, key: str, payload: Any) -> None:
+    from effectlog.errors import PayloadMismatch
+    from effectlog.keys import payload_hash
+
+    current = worker.get(key)
+    if current is not None and current.payload_hash != payload_hash(payload):
+        raise PayloadMismatch(f"payload differs from the original under key {key}")
+
+
+@click.command()
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Read back each event to confirm it won under the log order.")
+@click.pass_obj
+def append(obj: CliContext, verify: bool) -> None:
+    """Append transitions given as JSON lines on stdin; print one JSON line per event.
+
+    \b
+    {"operation_id": "…", "kind": "email.send", "target": "mailto:a@example.com",
+     "payload": {…}, "transition": "create|reserve|dispatch|record|unknown",
+     "worker_id": "w1", "fencing_epoch": 3,
+     "outcome": {"status": "succeeded|failed", "result": {…}}}
+
+    Stops at the first line that fails; lines before it stay appended. Exit codes:
+    2 bad input, 3 conflict (payload mismatch, fenced, illegal transition), 4 log down.
+    """
+    from effectlog.worker import Worker
+
+    log = obj.open_log()
+    workers: dict[str, Worker] = {}
+    try:
+        for number, raw in enumerate(sys.stdin, start=1):
+            if not raw.strip():
+                continue
+            request = _parse_line(number, raw)
+            worker = workers.setdefault(request["worker_id"],
+                                        Worker(log, request["worker_id"], verify=verify))
+            worker.last_position = None
+            try:
+                event = _apply(worker, request, number)
+            except EffectlogError as exc:
+                exc.args = (f"line {number}: {exc}",)
+                raise
+            position = worker.last_position
+            emit_json({
+                "idempotency_key": event.idempotency_key, "transition": event.transition.value,
+                "state": event.state.value, "fencing_epoch": event.fencing_epoch,
+                "event_id": event.event_id, "existing": position is None,
+                "position": None if position is None else {
+                    "topic": position.topic, "partition": position.partition,
+                    "offset": position.offset},
+            })
+            sys.stdout.flush()
+    finally:
+        log.close()
+
+
+@click.command()
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+@click.pass_obj
+def history(obj: CliContext, key: str, as_json: bool) -> None:
+    """Every event of KEY in log order, read from the log (accepted or rejected)."""
+    from effectlog.codec import event_codec
+    from effectlog.errors import CodecError, Conflict
+    from effectlog.keys import validate_key
+    from effectlog.log.base import EVENTS
+    from effectlog.machine import check
+
+    validate_key(key)
+    log = obj.open_log()
+    try:
+        records = log.read_key(EVENTS, key)
+    finally:
+        log.close()
+    if not records:
+        fail(f"no events for key {key}", 1)
+    rows: list[dict[str, Any]] = []
+    current: EffectEvent | None = None
+    codec = event_codec()
+    for record in records:
+        row: dict[str, Any] = {"partition": record.partition, "offset": record.offset}
+        try:
+            event = EffectEvent.from_record(codec.decode(record.value))
+        except (CodecError, KeyError, ValueError) as exc:
+            rows.append({**row, "verdict": f"undecodable: {exc}"})
+            continue
+        try:
+            check(current, event)
+            verdict = "accepted"
+            current = event
+        except Conflict as exc:
+            verdict = f"rejected ({exc.reason}): {exc}"
+        rows.append({**row, "verdict": verdict, "event": event.to_json()})
+    if as_json:
+        for row in rows:
+            emit_json(row)
+        return
+    _print_history(key, rows)
+
+
+def _print_history(key: str, rows: list[dict[str, Any]]) -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"history of {key}", title_justify="left")
+    for column in ("offset", "time (UTC)", "transition", "state", "epoch", "worker",
+                   "attempt", "detail", "verdict"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        event = row.get("event")
+        if event is None:
+            table.add_row(str(row["offset"]), "", "", "", "", "", "", "", row["verdict"])
+            continue
+        stamp = datetime.fromtimestamp(event["occurred_at"] / 1000, UTC)
+        when = stamp.strftime("%m-%d %H:%M:%S.%f")[:-3]
+        table.add_row(str(row["offset"]), when, event["transition"], event["state"],
+                      str(event["fencing_epoch"]), event["worker_id"], str(event["attempt"]),
+                      _detail(event), row["verdict"])
+    Console(width=max(Console().width, 140)).print(table)
+
+
+def _detail(event: dict[str, Any]) -> str:
+    if event.get("approval"):
+        a = event["approval"]
+        return f"{a['decision']} by {a['by']}: {a['reason']}"
+    if event.get("outcome"):
+        o = event["outcome"]
+        return f"{o['status']} ({o['source']}): {json.dumps(o['result'], sort_keys=True)[:80]}"
+    if event.get("error"):
+        return str(event["error"])[:80]
+    if event.get("payload_ref"):
+        return f"payload ref {event['payload_ref']}"
+    return ""
+
+
+@click.group()
+def topics() -> None:
+    """Kafka topics: <prefix>.events (compacted) and <prefix>.commands."""
+
+
+@topics.command("create")
+@click.option("--json", "as_json", is_flag=True, help="Report as JSON.")
+@click.pass_obj
+def topics_create(obj: CliContext, as_json: bool) -> None:
+    """Create both topics idempotently; refuse existing ones whose config contradicts."""
+    if not obj.log_url.startswith("kafka"):
+        fail(f"topics are a Kafka concept; {obj.log_url.split(':', 1)[0]}:// logs need none",
+             EXIT_USAGE)
+    from effectlog.log.kafka import KafkaSettings
+    from effectlog.log.kafka_admin import create_topics
+
+    report = create_topics(KafkaSettings.from_url(obj.log_url))
+    if as_json:
+        emit_json({"topics": report})
+    else:
+        for line in report:
+            click.echo(line)
