@@ -1,0 +1,195 @@
+"""Create and check the Kafka topics of an effect log (``effectlog topics create``).
+
+``<prefix>.events`` is compacted and keeps every key's latest record for good; the
+``min.compaction.lag.ms`` keeps each key's history readable through the retry and
+reconciliation window. ``<prefix>.commands`` is a plain time-retained topic. Configs are
+always set explicitly (tansu reports no config at all for topics created without them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, no __all__
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
+from effectlog.log.base import COMMANDS, EVENTS, TOPICS
+from effectlog.log.kafka import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+_BAD_REQUEST = (KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.INVALID_PARTITIONS,
+                KafkaError.INVALID_CONFIG, KafkaError.POLICY_VIOLATION,
+                KafkaError.TOPIC_EXCEPTION, KafkaError.INVALID_REPLICA_ASSIGNMENT)
+
+
+def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
+    """The topic configs effectlog creates ``logical`` (``events``/``commands``) with."""
+    if logical == EVENTS:
+        return {"cleanup.policy": "compact",
+                "min.compaction.lag.ms": str(settings.min_compaction_lag_ms),
+                "retention.ms": "-1"}
+    if logical == COMMANDS:
+        return {"cleanup.policy": "delete",
+                "retention.ms": str(settings.commands_retention_ms),
+                "min.compaction.lag.ms": "0"}
+    raise InvalidInput(f"unknown topic {logical!r}")
+
+
+def create_topics(settings: KafkaSettings) -> list[str]:
+    """Create the events and commands topics unless they exist, and check those that do.
+
+    Returns one line per topic saying what was done. Raises :class:`Conflict` when an
+    existing topic contradicts ``settings`` and :class:`BackendUnavailable` when the
+    broker cannot be reached.
+    """
+    admin = AdminClient(_admin_config(settings))
+    try:
+        names = {settings.topic(t): t for t in TOPICS}
+        existing = _replicas(admin, settings)
+        missing = [name for name in names if name not in existing]
+        created, raced = _create(admin, settings, names, missing)
+        if created:
+            _wait_visible(admin, settings, created)
+        present = [name for name in names if name not in created]
+        if raced:
+            existing = _replicas(admin, settings)
+        configs = _describe(admin, settings, present)
+        report = []
+        for name, logical in names.items():
+            if name in created:
+                shown = ", ".join(f"{k}={v}" for k, v in topic_configs(settings, logical).items())
+                report.append(f"created {name} ({settings.partitions} partitions, "
+                              f"replication {settings.replication}, {shown})")
+            else:
+                _check(settings, name, logical, existing[name], configs[name])
+                report.append(f"exists {name} ({len(existing[name])} partitions, config ok)")
+        for line in report:
+            log.info("%s", line)
+        return report
+    finally:
+        admin.poll(0)  # serve queued client log lines
+
+
+def _admin_config(settings: KafkaSettings) -> dict[str, Any]:
+    return settings.client_config()
+
+
+def _unavailable(settings: KafkaSettings, exc: BaseException) -> BackendUnavailable:
+    err = exc.args[0] if exc.args else exc
+    detail = err.str() if isinstance(err, KafkaError) else str(exc)
+    return BackendUnavailable(f"kafka broker {settings.bootstrap} unreachable: {detail}")
+
+
+def _replicas(admin: AdminClient, settings: KafkaSettings) -> dict[str, list[int]]:
+    """Replica count per partition of each existing topic."""
+    try:
+        meta = admin.list_topics(timeout=settings.timeout_s)
+    except KafkaException as exc:
+        raise _unavailable(settings, exc) from None
+    return {name: [len(p.replicas) for p in topic.partitions.values()]
+            for name, topic in meta.topics.items() if topic.error is None}
+
+
+def _create(admin: AdminClient, settings: KafkaSettings, names: dict[str, str],
+            missing: list[str]) -> tuple[list[str], list[str]]:
+    """Create ``missing``; returns (created, created meanwhile by someone else)."""
+    if not missing:
+        return [], []
+    new = [NewTopic(name, num_partitions=settings.partitions,
+                    replication_factor=settings.replication,
+                    config=topic_configs(settings, names[name])) for name in missing]
+    futures = admin.create_topics(new, operation_timeout=settings.timeout_s,
+                                  request_timeout=settings.timeout_s)
+    created, raced = [], []
+    for name, future in futures.items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                raced.append(name)
+            elif code in _BAD_REQUEST and isinstance(err, KafkaError):
+                raise InvalidInput(f"cannot create kafka topic {name}: {err.str()}") from None
+            else:
+                raise _unavailable(settings, exc) from None
+    return created, raced
+
+
+def _wait_visible(admin: AdminClient, settings: KafkaSettings, names: list[str]) -> None:
+    """Wait until new topics show up in metadata with a leader for every partition."""
+    deadline = time.monotonic() + settings.timeout_s
+    while True:
+        try:
+            meta = admin.list_topics(timeout=settings.timeout_s)
+        except KafkaException as exc:
+            raise _unavailable(settings, exc) from None
+        ready = all(
+            name in meta.topics and meta.topics[name].error is None
+            and len(meta.topics[name].partitions) == settings.partitions
+            and all(p.leader >= 0 for p in meta.topics[name].partitions.values())
+            for name in names)
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise BackendUnavailable(f"kafka topics {', '.join(names)} created but not visible "
+                                     f"within {settings.timeout_s}s")
+        time.sleep(0.1)
+
+
+def _describe(admin: AdminClient, settings: KafkaSettings,
+              names: list[str]) -> dict[str, dict[str, str]]:
+    """Config values of existing topics (name -> {key: value}, unset keys absent)."""
+    if not names:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    futures = admin.describe_configs(resources, request_timeout=settings.timeout_s)
+    out: dict[str, dict[str, str]] = {}
+    for resource, future in futures.items():
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            raise _unavailable(settings, exc) from None
+        out[resource.name] = {k: e.value for k, e in entries.items() if e.value is not None}
+    return out
+
+
+def _check(settings: KafkaSettings, name: str, logical: str, replicas: list[int],
+           config: dict[str, str]) -> None:
+    """Raise :class:`Conflict` naming every way an existing topic contradicts the settings."""
+    problems = []
+    if len(replicas) != settings.partitions:
+        problems.append(f"has {len(replicas)} partitions, settings say {settings.partitions}")
+    if replicas and min(replicas) < settings.replication:
+        problems.append(f"has {min(replicas)} replicas, settings say {settings.replication}")
+    # Kafka reports every config; tansu reports none for topics created without explicit
+    # configs, so an absent key means the broker default (delete, 0, 7 days).
+    policy = set(config.get("cleanup.policy", "delete").replace(" ", "").split(","))
+    retention = int(config.get("retention.ms", str(7 * 24 * 3600 * 1000)))
+    lag = int(config.get("min.compaction.lag.ms", "0"))
+    if logical == EVENTS:
+        if "compact" not in policy:
+            problems.append(f"is not compacted (cleanup.policy={','.join(sorted(policy))})")
+        elif "delete" in policy and retention != -1:
+            problems.append(f"deletes records after retention.ms={retention}")
+        if lag < settings.min_compaction_lag_ms:
+            problems.append(f"min.compaction.lag.ms={lag} is below the required "
+                            f"{settings.min_compaction_lag_ms}")
+    else:
+        if "compact" in policy:
+            problems.append("is compacted; commands need cleanup.policy=delete")
+        if retention != -1 and retention < settings.commands_retention_ms:
+            problems.append(f"retention.ms={retention} is below the required "
+                            f"{settings.commands_retention_ms}")
+    if problems:
+        raise Conflict(f"kafka topic {name} contradicts the settings: {'; '.join(problems)}")
