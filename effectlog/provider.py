@@ -3,7 +3,8 @@
 ``execute`` performs the effect at most once per idempotency key (same key + same payload
 returns the original result; a different payload under the key is refused), and ``lookup``
 answers whether the provider has a result for a key. ``lookup_complete`` says whether "not
-found" is proof that the effect never happened.
+found" is proof that the effect never happened, and ``retention_s`` how long results stay
+looked up by key (the contract kit checks it against the retry and reconciliation window).
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ class LookupStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LookupResult:
-    """A provider's answer about one key; ``outcome`` is set when CONFIRMED."""
+    """A provider's answer about one key; ``outcome`` is set when CONFIRMED.
+
+    ``payload_hash`` is the payload identity the provider stored under the key, when it
+    knows it, so a reconciler can refuse a result that belongs to another payload.
+    """
 
     status: LookupStatus
     outcome: Outcome | None = None
     detail: str = ""
+    payload_hash: str | None = None
 
 
 class ProviderError(Exception):
@@ -63,6 +69,7 @@ class Provider(Protocol):
     """An adapter to one external system (mail, payments, tickets, browser, deploys)."""
 
     lookup_complete: bool
+    retention_s: float
 
     def execute(self, target: str, payload_hash: str, idempotency_key: str,
                 fencing_epoch: int, payload: Any) -> Any:

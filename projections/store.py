@@ -9,9 +9,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from effectlog.log.base import Position
-from effectlog.model import EffectEvent, State
+if TYPE_CHECKING:
+    from effectlog.log.base import Position
+    from effectlog.model import EffectEvent, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class ProjectionReader(ABC):
 
     @abstractmethod
     def rejected(self, limit: int | None = None) -> Iterator[Rejection]:
-        """Rejected events, in log order."""
+        """Rejected events, in log order (by partition, then offset)."""
 
     @abstractmethod
     def rejected_at(self, position: Position) -> Rejection | None:
@@ -56,5 +58,27 @@ class ProjectionReader(ABC):
         """Number of effects per state name, and of rejected events per reason
         (keys ``state:<NAME>`` and ``rejected:<reason>``)."""
 
+    def get_json(self, key: str) -> dict[str, Any] | None:
+        """The JSON view of ``key``'s snapshot (``EffectEvent.to_json()`` shape), or None."""
+        event = self.get(key)
+        return None if event is None else event.to_json()
+
+    def scan_state_json(self, state: str, older_than_ms: int | None = None,
+                        limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """:meth:`scan_state` as JSON views."""
+        from effectlog.model import State
+
+        for event in self.scan_state(State(state), older_than_ms, limit):
+            yield event.to_json()
+
+    def refresh(self) -> None:  # noqa: B027 - optional hook
+        """Catch up with what the projector committed since the reader opened."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the database handles."""
+
+    def __enter__(self) -> ProjectionReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,116 @@
+"""On-disk layout of a projection: generations behind one symlink, one RocksDB per partition.
+
+``state_dir`` is a symlink to the current generation directory ``<state_dir>.gen-<ms>``,
+which holds ``p-<N>/`` (one RocksDB per partition of the events topic). A rebuild fills
+``<state_dir>.new-<ms>``, renames it to a generation and swaps the symlink with
+``os.replace``: readers that open after the swap see the new projection, readers that
+opened before keep the old one, which is kept until the next rebuild.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_GEN = ".gen-"
+_NEW = ".new-"
+
+
+def current_generation(state_dir: str | os.PathLike[str]) -> Path | None:
+    """The directory the projection currently lives in, or None when there is none yet.
+
+    A plain directory at ``state_dir`` (not a symlink) is accepted as a single generation.
+    """
+    path = Path(state_dir)
+    if path.is_symlink():
+        target = path.resolve()
+        return target if target.is_dir() else None
+    return path if path.is_dir() else None
+
+
+def ensure_generation(state_dir: str | os.PathLike[str]) -> Path:
+    """The current generation, creating the first one (and the symlink) if needed."""
+    found = current_generation(state_dir)
+    if found is not None:
+        return found
+    path = Path(state_dir)
+    fresh = _sibling(path, _GEN)
+    fresh.mkdir(parents=True, mode=0o700)
+    try:
+        os.symlink(fresh.name, path)
+    except FileExistsError:  # another process created it first
+        shutil.rmtree(fresh, ignore_errors=True)
+        found = current_generation(state_dir)
+        if found is None:
+            raise
+        return found
+    return fresh
+
+
+def new_build_dir(state_dir: str | os.PathLike[str]) -> Path:
+    """A fresh, empty ``<state_dir>.new-<ms>`` directory for a rebuild."""
+    path = _sibling(Path(state_dir), _NEW)
+    path.mkdir(parents=True, mode=0o700)
+    return path
+
+
+def swap_in(state_dir: str | os.PathLike[str], built: Path) -> Path:
+    """Make ``built`` the current generation atomically; return its final directory.
+
+    The generation before the previous one, and abandoned ``.new-`` builds, are removed.
+    """
+    path = Path(state_dir)
+    final = built.with_name(built.name.replace(_NEW, _GEN, 1))
+    os.rename(built, final)
+    previous = current_generation(path)
+    if path.exists() and not path.is_symlink():  # legacy plain directory: move it aside
+        aside = _sibling(path, _GEN)
+        os.rename(path, aside)
+        previous = aside
+        logger.warning("moved the plain projection directory %s to %s", path, aside)
+    link = path.with_name(f".{path.name}.link-{os.getpid()}")
+    if link.is_symlink():
+        link.unlink()
+    os.symlink(final.name, link)
+    os.replace(link, path)
+    _prune(path, keep={final, previous})
+    return final
+
+
+def partition_dir(generation: Path, partition: int) -> Path:
+    return generation / f"p-{partition}"
+
+
+def partitions_in(generation: Path | None) -> list[int]:
+    """Partitions that have a RocksDB in ``generation``, ascending."""
+    if generation is None or not generation.is_dir():
+        return []
+    found = []
+    for child in generation.iterdir():
+        name = child.name
+        if name.startswith("p-") and name[2:].isdigit() and (child / "CURRENT").exists():
+            found.append(int(name[2:]))
+    return sorted(found)
+
+
+def _sibling(path: Path, marker: str) -> Path:
+    stamp = int(time.time() * 1000)
+    while True:
+        candidate = path.with_name(f"{path.name}{marker}{stamp}")
+        if not candidate.exists():
+            return candidate
+        stamp += 1
+
+
+def _prune(path: Path, keep: set[Path | None]) -> None:
+    kept = {p.resolve() for p in keep if p is not None}
+    for marker in (_GEN, _NEW):
+        for old in path.parent.glob(f"{path.name}{marker}*"):
+            if old.resolve() not in kept and old.is_dir():
+                logger.info("removing old projection generation %s", old)
+                shutil.rmtree(old, ignore_errors=True)

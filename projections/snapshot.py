@@ -1,0 +1,168 @@
+"""Byte encodings of the projection's column families.
+
+The state CF holds each key's snapshot as compact JSON (a positional list), so a reader
+can print it without importing fastavro or building the model. Index keys sort by state,
+then last-transition time (big-endian ms), then key, so "DISPATCHED older than T" is one
+range. This module imports :mod:`effectlog.model` only when a snapshot becomes an event.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from effectlog.model import EffectEvent
+
+FORMAT = 1
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_SEP = b"\x00"
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+# -- state CF --------------------------------------------------------------------------------
+
+def encode_snapshot(e: EffectEvent) -> bytes:
+    """The snapshot of ``e`` as compact JSON bytes (deterministic for equal events)."""
+    outcome = e.outcome
+    approval = e.approval
+    return _dumps([
+        FORMAT, e.event_id, e.idempotency_key, e.operation_id, e.kind, e.target,
+        e.payload_hash,
+        None if e.payload is None else base64.b64encode(e.payload).decode("ascii"),
+        e.payload_ref, e.transition.value, e.state.value, e.fencing_epoch, e.worker_id,
+        e.attempt, e.created_at, e.occurred_at,
+        None if outcome is None else [
+            outcome.status.value,
+            json.dumps(outcome.result, sort_keys=True, separators=(",", ":")), outcome.source],
+        e.error,
+        None if approval is None else [
+            approval.decision.value, approval.by, approval.reason, approval.at],
+    ]).encode("utf-8")
+
+
+def decode_snapshot(raw: bytes) -> EffectEvent:
+    """The event stored by :func:`encode_snapshot`."""
+    from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
+
+    (fmt, event_id, key, operation_id, kind, target, p_hash, payload, payload_ref, transition,
+     state, epoch, worker_id, attempt, created_at, occurred_at, outcome, error,
+     approval) = json.loads(raw)
+    if fmt != FORMAT:
+        raise ValueError(f"unknown snapshot format {fmt}")
+    return EffectEvent(
+        idempotency_key=key, operation_id=operation_id, kind=kind, target=target,
+        payload_hash=p_hash, transition=Transition(transition), state=State(state),
+        fencing_epoch=epoch, worker_id=worker_id, attempt=attempt, created_at=created_at,
+        occurred_at=occurred_at,
+        payload=None if payload is None else base64.b64decode(payload),
+        payload_ref=payload_ref,
+        outcome=None if outcome is None else Outcome(State(outcome[0]), json.loads(outcome[1]),
+                                                     outcome[2]),
+        error=error,
+        approval=None if approval is None else Approval(Decision(approval[0]), approval[1],
+                                                        approval[2], approval[3]),
+        event_id=event_id,
+    )
+
+
+def snapshot_json(raw: bytes) -> dict[str, Any]:
+    """The JSON view of a stored snapshot, shaped like ``EffectEvent.to_json()``.
+
+    Needs neither fastavro nor the model: this is what ``effectlog get --json`` prints.
+    Payload bytes that are not UTF-8 JSON are shown as ``{"base64": ...}``.
+    """
+    (_, event_id, key, operation_id, kind, target, p_hash, payload, payload_ref, transition,
+     state, epoch, worker_id, attempt, created_at, occurred_at, outcome, error,
+     approval) = json.loads(raw)
+    shown: Any = None
+    if payload is not None:
+        data = base64.b64decode(payload)
+        try:
+            shown = json.loads(data.decode("utf-8"))
+        except ValueError:
+            shown = {"base64": payload}
+    return {
+        "event_id": event_id, "idempotency_key": key, "operation_id": operation_id,
+        "kind": kind, "target": target, "payload_hash": p_hash, "payload": shown,
+        "payload_ref": payload_ref, "transition": transition, "state": state,
+        "fencing_epoch": epoch, "worker_id": worker_id, "attempt": attempt,
+        "created_at": created_at, "occurred_at": occurred_at,
+        "outcome": None if outcome is None else {
+            "status": outcome[0], "result": json.loads(outcome[1]), "source": outcome[2]},
+        "error": error,
+        "approval": None if approval is None else {
+            "decision": approval[0], "by": approval[1], "reason": approval[2], "at": approval[3]},
+    }
+
+
+def snapshot_state_and_time(raw: bytes) -> tuple[str, int]:
+    """(state name, last-transition ms) of a stored snapshot, for its index key."""
+    fields = json.loads(raw)
+    return fields[10], fields[15]
+
+
+# -- index CF --------------------------------------------------------------------------------
+
+def index_key(state: str, at_ms: int, key: str) -> bytes:
+    """``STATE \\0 ms(8, big-endian) key``: sorted by state, then time, then key."""
+    return state.encode("ascii") + _SEP + _U64.pack(max(at_ms, 0)) + key.encode("utf-8")
+
+
+def index_range(state: str, before_ms: int | None) -> tuple[bytes, bytes]:
+    """[lower, upper) of the index entries of ``state`` older than ``before_ms``."""
+    prefix = state.encode("ascii") + _SEP
+    upper = prefix + _U64.pack(max(before_ms, 0)) if before_ms is not None else \
+        state.encode("ascii") + b"\x01"
+    return prefix, upper
+
+
+def split_index_key(raw: bytes) -> tuple[str, int, str]:
+    """(state, ms, key) of an index key."""
+    cut = raw.index(_SEP)
+    return (raw[:cut].decode("ascii"), _U64.unpack_from(raw, cut + 1)[0],
+            raw[cut + 9:].decode("utf-8"))
+
+
+# -- offsets, counters, rejected -------------------------------------------------------------
+
+def offset_key(partition: int) -> bytes:
+    return _U32.pack(partition)
+
+
+def pack_u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def unpack_u64(raw: bytes) -> int:
+    return int(_U64.unpack(raw)[0])
+
+
+def pack_i64(value: int) -> bytes:
+    return _I64.pack(value)
+
+
+def unpack_i64(raw: bytes) -> int:
+    return int(_I64.unpack(raw)[0])
+
+
+def rejected_key(offset: int) -> bytes:
+    return _U64.pack(offset)
+
+
+def encode_rejection(partition: int, offset: int, key: str, reason: str, detail: str,
+                     raw: bytes, at_ms: int) -> bytes:
+    """A JSON header line, then the record's raw bytes unchanged."""
+    head = _dumps({"partition": partition, "offset": offset, "key": key, "reason": reason,
+                   "detail": detail[:2000], "at_ms": at_ms})
+    return head.encode("utf-8") + b"\n" + raw
+
+
+def decode_rejection(value: bytes) -> tuple[dict[str, Any], bytes]:
+    """(header, raw bytes) of a stored rejection."""
+    head, _, raw = value.partition(b"\n")
+    return dict(json.loads(head)), raw
