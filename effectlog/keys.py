@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
 from typing import Any
 
 from effectlog.errors import InvalidInput
@@ -16,7 +15,8 @@ _KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
 
 def _has_control(text: str) -> bool:
-    return any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in text)
+    """Control, format, separator (other than a plain space) or unassigned characters."""
+    return not text.isprintable()
 
 
 def validate_operation_id(operation_id: str) -> str:

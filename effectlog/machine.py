@@ -72,10 +72,11 @@ def check(current: EffectEvent | None, event: EffectEvent) -> None:
 
 
 def _check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
-    expected = make_key(event.operation_id, event.kind, event.target)
-    if event.idempotency_key != expected:
-        raise PayloadMismatch(f"key {event.idempotency_key!r} does not match its operation, "
-                              f"kind and target ({expected!r})")
+    if current is None or event.idempotency_key != current.idempotency_key:
+        expected = make_key(event.operation_id, event.kind, event.target)
+        if event.idempotency_key != expected:
+            raise PayloadMismatch(f"key {event.idempotency_key!r} does not match its "
+                                  f"operation, kind and target ({expected!r})")
     if current is None:
         return
     for name in ("operation_id", "kind", "target", "payload_hash"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -123,14 +123,21 @@ class EffectEvent:
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record dict of this event."""
-        rec = asdict(self)
-        rec["transition"] = self.transition.value
-        rec["state"] = self.state.value
-        rec["outcome"] = self.outcome.to_record() if self.outcome else None
-        if self.approval is not None:
-            rec["approval"] = {"decision": self.approval.decision.value, "by": self.approval.by,
-                               "reason": self.approval.reason, "at": self.approval.at}
-        return rec
+        approval = self.approval
+        return {
+            "event_id": self.event_id, "idempotency_key": self.idempotency_key,
+            "operation_id": self.operation_id, "kind": self.kind, "target": self.target,
+            "payload_hash": self.payload_hash, "payload": self.payload,
+            "payload_ref": self.payload_ref, "transition": self.transition.value,
+            "state": self.state.value, "fencing_epoch": self.fencing_epoch,
+            "worker_id": self.worker_id, "attempt": self.attempt,
+            "created_at": self.created_at, "occurred_at": self.occurred_at,
+            "outcome": self.outcome.to_record() if self.outcome else None,
+            "error": self.error,
+            "approval": None if approval is None else {
+                "decision": approval.decision.value, "by": approval.by,
+                "reason": approval.reason, "at": approval.at},
+        }
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> EffectEvent:

@@ -6,7 +6,7 @@ from typing import Protocol
 
 from effectlog.codec import event_codec
 from effectlog.errors import CodecError
-from effectlog.log.base import EVENTS, EventLog, Position
+from effectlog.log.base import EVENTS, EventLog, Position, Record
 from effectlog.machine import fold
 from effectlog.model import EffectEvent
 
@@ -23,12 +23,13 @@ class StateView(Protocol):
         ...
 
 
-def decode_events(log: EventLog, key: str) -> list[EffectEvent]:
+def decode_events(log: EventLog, key: str, records: list[Record] | None = None
+                  ) -> list[EffectEvent]:
     """The decodable events of ``key`` in log order (undecodable ones are skipped here;
     the projector stores them as rejected)."""
     codec = event_codec()
     events = []
-    for record in log.read_key(EVENTS, key):
+    for record in log.read_key(EVENTS, key) if records is None else records:
         try:
             events.append(EffectEvent.from_record(codec.decode(record.value)))
         except (CodecError, KeyError, ValueError):
@@ -48,6 +49,12 @@ class LogView:
 
     def current(self, key: str) -> EffectEvent | None:
         return fold(decode_events(self.log, key))[0]
+
+    def current_at(self, key: str) -> tuple[EffectEvent | None, int | None]:
+        """The current snapshot and the offset of the key's last record, read together."""
+        records = self.log.read_key(EVENTS, key)
+        last = records[-1].offset if records else None
+        return fold(decode_events(self.log, key, records))[0], last
 
     def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
         events = decode_events(self.log, event.idempotency_key)

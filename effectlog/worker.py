@@ -65,7 +65,18 @@ class Worker:
                  accept_timeout_s: float = 10.0) -> None:
         self.log = log
         self.worker_id = worker_id or default_worker_id()
-        self.view: StateView = view or LogView(log)
+        # Against its own log view on a backend with compare-and-append, each event is
+        # appended only if the key's last record is still the one it was checked against:
+        # accepted by construction, no read-back needed.
+        self.view: StateView
+        self._atomic: LogView | None = None
+        if view is None:
+            log_view = LogView(log)
+            self.view = log_view
+            self._atomic = log_view if log.conditional else None
+        else:
+            self.view = view
+        self._known: dict[str, tuple[EffectEvent | None, int | None]] = {}
         self.verify = verify
         self.max_payload_bytes = max_payload_bytes
         self.accept_timeout_s = accept_timeout_s
@@ -77,7 +88,7 @@ class Worker:
 
     def get(self, key: str) -> EffectEvent | None:
         """The key's current snapshot, or None."""
-        return self.view.current(key)
+        return self._load(key, fresh=True)
 
     def history(self, key: str) -> list[EffectEvent]:
         """Every decodable event of ``key`` in log order (accepted or not)."""
@@ -93,7 +104,7 @@ class Worker:
         """
         event = new_effect(operation_id, kind, target, payload, self.worker_id,
                            payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
-        existing = self.view.current(event.idempotency_key)
+        existing = self._load(event.idempotency_key)
         if existing is not None:
             try:
                 check(existing, event)
@@ -216,26 +227,58 @@ class Worker:
             return epoch
         return self._claimed.get(key, current.fencing_epoch)
 
+    def _load(self, key: str, fresh: bool = False) -> EffectEvent | None:
+        """Current snapshot of ``key``; in atomic mode also remembers the offset it is at."""
+        if self._atomic is None:
+            return self.view.current(key)
+        if fresh or key not in self._known:
+            self._remember(key, *self._atomic.current_at(key))
+        return self._known[key][0]
+
+    def _remember(self, key: str, event: EffectEvent | None, offset: int | None) -> None:
+        if len(self._known) >= 10_000:
+            self._known.pop(next(iter(self._known)))
+        self._known[key] = (event, offset)
+
     def _require(self, key: str) -> EffectEvent:
-        current = self.view.current(key)
+        current = self._load(key)
         if current is None:
             raise NotFound(f"no effect with key {key}")
         return current
 
     def _append(self, current: EffectEvent | None, event: EffectEvent) -> EffectEvent:
-        position = self.log.append(EVENTS, event.idempotency_key,
-                                   self._codec.encode(event.to_record()))
+        data = self._codec.encode(event.to_record())
+        if self._atomic is not None:
+            return self._append_atomic(event, data)
+        position = self.log.append(EVENTS, event.idempotency_key, data)
         self.last_position = position
         if self.verify and not self.view.accepted(event, position, self.accept_timeout_s):
             winner = self.view.current(event.idempotency_key)
             owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
             raise Fenced(f"{event.transition.value} on {event.idempotency_key} lost to a "
                          f"concurrent writer{owner}", "lost_race")
+        self._accepted(event, position)
+        return event
+
+    def _append_atomic(self, event: EffectEvent, data: bytes) -> EffectEvent:
+        key = event.idempotency_key
+        for _ in range(5):
+            position = self.log.append_after(EVENTS, key, data, self._known.get(key, (None, None))[1])
+            if position is not None:
+                self._remember(key, event, position.offset)
+                self._accepted(event, position)
+                return event
+            fresh = self._load(key, fresh=True)  # someone wrote in between: judge again
+            check(fresh, event)
+        raise Fenced(f"{event.transition.value} on {key} kept losing to concurrent writers",
+                     "lost_race")
+
+    def _accepted(self, event: EffectEvent, position: Position) -> None:
+        self.last_position = position
         if event.transition in CLAIMING:
             self._claimed[event.idempotency_key] = event.fencing_epoch
         logger.debug("appended %s %s at %s", event.transition.value, event.idempotency_key,
                      position)
-        return event
 
 
 class EffectCall:

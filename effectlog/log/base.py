@@ -49,6 +49,8 @@ class EventLog(ABC):
     """
 
     url: str
+    #: True when :meth:`append_after` is supported (an atomic compare-and-append per key).
+    conditional: bool = False
 
     @abstractmethod
     def partitions(self, topic: str) -> int:
@@ -61,6 +63,20 @@ class EventLog(ABC):
     @abstractmethod
     def append(self, topic: str, key: str, value: bytes) -> Position:
         """Durably append one record and return its position."""
+
+    def append_after(self, topic: str, key: str, value: bytes,
+                     last_offset: int | None) -> Position | None:
+        """Append only if ``key``'s latest record is at ``last_offset`` (None: no record yet).
+
+        Returns None, appending nothing, when another record of the key came in between.
+        Only backends with ``conditional = True`` implement it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no conditional append")
+
+    def last_offset(self, topic: str, key: str) -> int | None:
+        """Offset of ``key``'s latest record, or None."""
+        records = self.read_key(topic, key)
+        return records[-1].offset if records else None
 
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         """Durably append several records; per-key order follows ``items`` order."""

@@ -11,6 +11,8 @@ from effectlog.log.base import TOPICS, EventLog, Position, Record
 class MemoryLog(EventLog):
     """A list per topic guarded by a condition variable; nothing survives the process."""
 
+    conditional = True
+
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._records: dict[str, list[Record]] = {topic: [] for topic in TOPICS}
@@ -29,6 +31,14 @@ class MemoryLog(EventLog):
             records.append(record)
             self._changed.notify_all()
             return record.position
+
+    def append_after(self, topic: str, key: str, value: bytes,
+                     last_offset: int | None) -> Position | None:
+        with self._changed:
+            mine = [r.offset for r in self._records.setdefault(topic, []) if r.key == key]
+            if (mine[-1] if mine else None) != last_offset:
+                return None
+            return self.append(topic, key, value)
 
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:

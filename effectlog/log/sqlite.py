@@ -30,6 +30,8 @@ def path_from_url(url: str) -> Path:
 class SqliteLog(EventLog):
     """One table per topic; offset = rowid - 1; one partition."""
 
+    conditional = True
+
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 30.0) -> None:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
@@ -61,13 +63,35 @@ class SqliteLog(EventLog):
     def append(self, topic: str, key: str, value: bytes) -> Position:
         return self.append_many(topic, [(key, value)])[0]
 
+    def append_after(self, topic: str, key: str, value: bytes,
+                     last_offset: int | None) -> Position | None:
+        positions = self._append(topic, [(key, value)], (key, last_offset))
+        return None if positions is None else positions[0]
+
+    def last_offset(self, topic: str, key: str) -> int | None:
+        rows = self._query(f"SELECT MAX(rid) FROM {_table(topic)} WHERE key = ?", (key,))
+        return None if rows[0][0] is None else int(rows[0][0]) - 1
+
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        positions = self._append(topic, items, None)
+        assert positions is not None
+        return positions
+
+    def _append(self, topic: str, items: Sequence[tuple[str, bytes]],
+                condition: tuple[str, int | None] | None) -> list[Position] | None:
         table = _table(topic)
         stamp = int(time.time() * 1000)
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
+                    if condition is not None:
+                        row = self._db.execute(f"SELECT MAX(rid) FROM {table} WHERE key = ?",
+                                               (condition[0],)).fetchone()
+                        last = None if row[0] is None else int(row[0]) - 1
+                        if last != condition[1]:
+                            self._db.execute("ROLLBACK")
+                            return None
                     rids = [
                         self._db.execute(f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
                                          (key, sqlite3.Binary(value), stamp)).lastrowid
