@@ -185,10 +185,12 @@ STANDARD_RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message",
 
 
 class RedactingFilter(logging.Filter):
-    """Scrubs message, arguments, ``extra`` strings and traceback text of each record.
+    """Scrubs message, arguments, ``extra`` values and traceback text of each record.
 
-    Attach it to handlers (filters on a logger do not see records propagated from child
-    loggers). The record is rewritten in place, so later handlers see the scrubbed text.
+    The traceback is kept as scrubbed ``exc_text`` (which formatters print) and the live
+    exception object is dropped. Attach the filter to handlers (filters on a logger do not
+    see records propagated from child loggers). The record is rewritten in place, so later
+    handlers see the scrubbed text.
     """
 
     def __init__(self, registry: SecretRegistry = SECRETS, name: str = "") -> None:
@@ -206,11 +208,16 @@ class RedactingFilter(logging.Filter):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
             record.exc_text = self._scrub(record.exc_text)
+        record.exc_info = None  # the live exception still holds the raw text; exc_text suffices
         if record.stack_info:
             record.stack_info = self._scrub(record.stack_info)
         for name, value in list(vars(record).items()):
-            if name not in STANDARD_RECORD_ATTRS and isinstance(value, str):
+            if name in STANDARD_RECORD_ATTRS:
+                continue
+            if isinstance(value, str):
                 setattr(record, name, self._scrub(value))
+            elif isinstance(value, Mapping):
+                setattr(record, name, redact_mapping(value))
         return True
 
     def _scrub(self, text: str) -> str:

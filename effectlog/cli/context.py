@@ -37,7 +37,9 @@ def emit_json(value: Any) -> None:
 
 def fail(message: str, code: int) -> None:
     """Print a one-line error on stderr and exit with ``code``."""
-    click.echo(f"error: {message}", err=True)
+    from effectlog.redact import scrub_text
+
+    click.echo(f"error: {scrub_text(message)}", err=True)
     sys.exit(code)
 
 

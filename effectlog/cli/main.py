@@ -79,10 +79,22 @@ class LazyGroup(click.Group):
 @click.option("--state", "state_dir", envvar="EFFECTLOG_STATE", show_envvar=True,
               default="./.effectlog/state", show_default=True,
               help="Directory of the RocksDB projection.")
+@click.option("--log-level", envvar="EFFECTLOG_LOG_LEVEL", show_envvar=True, default="WARNING",
+              show_default=True, help="Logging level on stderr: DEBUG, INFO, WARNING, ERROR.")
+@click.option("--log-json/--log-text", envvar="EFFECTLOG_LOG_JSON", show_envvar=True,
+              default=False, help="Log one JSON object per line instead of text.")
 @click.version_option(package_name="effectlog")
 @click.pass_context
-def cli(ctx: click.Context, log_url: str, state_dir: str) -> None:
+def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_json: bool) -> None:
     """effectlog: the truth about external side effects performed by workers."""
+    from effectlog.logging_setup import configure_logging
+    from effectlog.redact import register_url_secrets
+
+    register_url_secrets(log_url)
+    try:
+        configure_logging(log_level, json=log_json)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-level") from exc
     ctx.obj = CliContext(log_url=log_url, state_dir=state_dir)
 
 

@@ -26,4 +26,7 @@ def open_log(url: str) -> EventLog:
         from effectlog.log.kafka import KafkaLog
 
         return KafkaLog.from_url(url)
-    raise InvalidInput(f"unsupported log URL {url!r}: use memory://, sqlite:///path or kafka://host:port")
+    from effectlog.redact import redact_url
+
+    raise InvalidInput(f"unsupported log URL {redact_url(url)!r}: use memory://, sqlite:///path "
+                       "or kafka://host:port")

@@ -1,0 +1,386 @@
+"""Audit replay: stream the events topic in log order and verify every key's history.
+
+:class:`Replay` reads any :class:`~effectlog.log.base.EventLog` (every partition up to the
+end offsets taken at the start, or one key), decodes each record and runs it through
+:class:`HistoryVerifier`, which judges it with the state machine's own rules
+(:func:`effectlog.machine.check`) against the running fold of its key. Writers turn the
+stream into JSON lines or an Avro Object Container File that any Avro tool can read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import fastavro
+
+from effectlog.codec import EVENT_SCHEMA, event_codec, load_schema_text
+from effectlog.errors import CodecError, Conflict, InvalidInput
+from effectlog.keys import make_key, validate_key
+from effectlog.log.base import EVENTS, EventLog, Position, Record
+from effectlog.machine import check
+from effectlog.model import EffectEvent, Transition, now_ms
+
+logger = logging.getLogger(__name__)
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
+             "w": 7 * 86_400_000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_PROGRESS_EVERY = 500
+MAX_LISTED = 10_000
+
+
+def parse_duration_ms(text: str) -> int:
+    """``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``1h30m`` -> milliseconds."""
+    spec = text.strip().lower()
+    parts = _DURATION.findall(spec)
+    if not spec or "".join(n + u for n, u in parts) != spec:
+        raise InvalidInput(f"invalid duration {text!r}: use e.g. 90s, 15m, 2h, 1d, 1h30m")
+    return sum(int(n) * _UNITS_MS[u] for n, u in parts)
+
+
+def parse_time(text: str, now: int | None = None) -> int:
+    """Epoch milliseconds of an ISO-8601 time (UTC unless it says otherwise), of epoch
+    milliseconds given as digits, or of a duration before ``now`` (``2h`` = two hours ago)."""
+    spec = text.strip()
+    if spec.isdigit():
+        return int(spec)
+    if _DURATION.match(spec.lower()):
+        return (now_ms() if now is None else now) - parse_duration_ms(spec)
+    try:
+        moment = datetime.fromisoformat(spec)
+    except ValueError:
+        raise InvalidInput(f"invalid time {text!r}: use ISO-8601 (2024-05-01T12:00:00Z), "
+                           "epoch milliseconds or a relative duration (2h, 1d)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayFilter:
+    """Which records to stream: one key (its whole history) and/or a time window
+    ``[since_ms, until_ms)`` on the log timestamp of each record."""
+
+    key: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.key is not None:
+            validate_key(self.key)
+        if self.since_ms is not None and self.until_ms is not None and self.until_ms <= self.since_ms:
+            raise InvalidInput("--until must be later than --since")
+
+    def admits(self, record: Record) -> bool:
+        if self.since_ms is not None and record.timestamp_ms < self.since_ms:
+            return False
+        return self.until_ms is None or record.timestamp_ms < self.until_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A record whose presence in the log breaks the rules, and why."""
+
+    position: Position
+    key: str
+    reason: str
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": _position_json(self.position), "key": self.key,
+                "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayItem:
+    """One streamed record: its decoded event, or why it could not be decoded."""
+
+    record: Record
+    event: EffectEvent | None
+    undecodable: str | None = None
+    violation: Violation | None = None
+
+
+class HistoryVerifier:
+    """Folds each key's events in log order and names every event that breaks the rules.
+
+    Beyond :func:`~effectlog.machine.check` (the projector's verdict), it flags two
+    invariants by name: ``payload_hash_changed`` (one key, two payloads) and
+    ``epoch_regression`` (a fencing epoch below the key's accepted one). A key's first
+    event must be its CREATE (``missing_create`` otherwise) unless ``trust_first`` is set,
+    as for a time window or a compacted topic: then the first event, which carries the
+    key's full snapshot, becomes the baseline. A rejected event never advances the fold.
+    """
+
+    def __init__(self, *, trust_first: bool = False) -> None:
+        self.trust_first = trust_first
+        self._current: dict[str, EffectEvent] = {}
+        self._first_hash: dict[str, str] = {}
+        self.partial_keys: set[str] = set()
+
+    def observe(self, record: Record, event: EffectEvent) -> Violation | None:
+        """Judge ``event`` (read at ``record``); accepted events advance the key's fold."""
+        key = event.idempotency_key
+
+        def violation(reason: str, detail: str) -> Violation:
+            return Violation(record.position, record.key, reason, detail)
+
+        if record.key != key:
+            return violation("key_mismatch", f"event for {key!r} stored under log key "
+                                             f"{record.key!r}")
+        first_seen = key not in self._first_hash
+        first_hash = self._first_hash.setdefault(key, event.payload_hash)
+        if event.payload_hash != first_hash:
+            return violation("payload_hash_changed",
+                             f"payload_hash {event.payload_hash[:12]}… differs from "
+                             f"{first_hash[:12]}… first seen under this key")
+        current = self._current.get(key)
+        if current is not None and event.fencing_epoch < current.fencing_epoch:
+            return violation("epoch_regression",
+                             f"{event.transition.value} at epoch {event.fencing_epoch} after "
+                             f"epoch {current.fencing_epoch} was accepted")
+        if current is not None and event.event_id == current.event_id:
+            return violation("duplicate", f"event {event.event_id} delivered twice")
+        if first_seen and event.transition is not Transition.CREATE:
+            return self._baseline(record, event)
+        try:
+            check(current, event)
+        except Conflict as exc:
+            return violation(exc.reason, str(exc))
+        except InvalidInput as exc:  # a malformed key, kind or target inside the event
+            return violation("invalid_event", str(exc))
+        # The fold never needs payload bytes again (later events carry only the hash).
+        self._current[key] = replace(event, payload=None) if event.payload else event
+        return None
+
+    def _baseline(self, record: Record, event: EffectEvent) -> Violation | None:
+        key = event.idempotency_key
+        try:
+            bound = make_key(event.operation_id, event.kind, event.target) == key
+        except InvalidInput as exc:
+            return Violation(record.position, key, "invalid_event", str(exc))
+        if not bound:
+            return Violation(record.position, key, "payload_mismatch",
+                             "key does not match its operation, kind and target")
+        self._current[key] = event
+        self.partial_keys.add(key)
+        if self.trust_first:
+            return None
+        return Violation(record.position, key, "missing_create",
+                         f"history starts with {event.transition.value}: the earlier events "
+                         "were compacted away or never written (taken as the baseline)")
+
+
+@dataclass
+class ReplaySummary:
+    """Counts of one replay; ``violations`` lists at most ``MAX_LISTED`` of them."""
+
+    records: int = 0
+    events: int = 0
+    undecodable: int = 0
+    keys: int = 0
+    partial_keys: int = 0
+    violation_count: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    scope: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, violation: Violation) -> None:
+        self.violation_count += 1
+        self.by_reason[violation.reason] += 1
+        if len(self.violations) < MAX_LISTED:
+            self.violations.append(violation)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"records": self.records, "events": self.events,
+                "undecodable": self.undecodable, "keys": self.keys,
+                "partial_keys": self.partial_keys, "violations": self.violation_count,
+                "violations_by_reason": dict(sorted(self.by_reason.items())),
+                "violation_list": [v.to_json() for v in self.violations],
+                "violations_listed": len(self.violations), "scope": self.scope}
+
+
+class Replay:
+    """One pass over the events topic: iterate it for :class:`ReplayItem` s; the
+    :attr:`summary` is complete once the iteration ends.
+
+    ``progress`` is called with the number of offsets advanced (compaction gaps included),
+    so its sum reaches :meth:`total`.
+    """
+
+    def __init__(self, log: EventLog, selection: ReplayFilter | None = None, *,
+                 progress: Callable[[int], None] | None = None) -> None:
+        self.log = log
+        self.selection = selection or ReplayFilter()
+        self.progress = progress
+        self.verifier = HistoryVerifier(trust_first=self.selection.since_ms is not None)
+        self.summary = ReplaySummary(scope={
+            "key": self.selection.key, "since_ms": self.selection.since_ms,
+            "until_ms": self.selection.until_ms,
+            "history": "window" if self.selection.since_ms is not None else "full"})
+        self._key_records: list[Record] | None = None
+        self._ends: dict[int, int] | None = None
+
+    def total(self) -> int:
+        """Offsets to scan (all partitions up to their end now), or the key's record count."""
+        if self.selection.key is not None:
+            if self._key_records is None:
+                self._key_records = self.log.read_key(EVENTS, self.selection.key)
+            return len(self._key_records)
+        if self._ends is None:
+            self._ends = self.log.end_offsets(EVENTS)
+        return sum(self._ends.values())
+
+    def __iter__(self) -> Iterator[ReplayItem]:
+        self.total()
+        keys: set[str] = set()
+        pending = 0
+        for record, advanced in self._records():
+            pending += advanced
+            if self.progress is not None and pending >= _PROGRESS_EVERY:
+                self.progress(pending)
+                pending = 0
+            if not self.selection.admits(record):
+                continue
+            keys.add(record.key)
+            item = self._judge(record)
+            self.summary.records += 1
+            if item.violation is not None:
+                self.summary.add(item.violation)
+            yield item
+        if self.progress is not None and pending:
+            self.progress(pending)
+        self.summary.keys = len(keys)
+        self.summary.partial_keys = len(self.verifier.partial_keys)
+        logger.debug("replay done: %s", {k: v for k, v in self.summary.to_json().items()
+                                         if k != "violation_list"})
+
+    def _records(self) -> Iterator[tuple[Record, int]]:
+        if self._key_records is not None:
+            for record in self._key_records:
+                yield record, 1
+            return
+        assert self._ends is not None
+        for partition in sorted(self._ends):
+            end, last = self._ends[partition], 0
+            for record in self.log.scan(EVENTS, partition, 0, end):
+                yield record, record.offset + 1 - last
+                last = record.offset + 1
+            if end > last and self.progress is not None:
+                self.progress(end - last)
+
+    def _judge(self, record: Record) -> ReplayItem:
+        try:
+            event = EffectEvent.from_record(event_codec().decode(record.value))
+        except (CodecError, KeyError, ValueError, TypeError) as exc:
+            reason = str(exc) if isinstance(exc, CodecError) else f"invalid event record: {exc!r}"
+            self.summary.undecodable += 1
+            return ReplayItem(record, None, reason,
+                              Violation(record.position, record.key, "undecodable", reason))
+        self.summary.events += 1
+        return ReplayItem(record, event, None, self.verifier.observe(record, event))
+
+
+# -- output --------------------------------------------------------------------------------
+
+def _position_json(position: Position) -> dict[str, int]:
+    return {"partition": position.partition, "offset": position.offset}
+
+
+def event_json(event: EffectEvent) -> dict[str, Any]:
+    """:meth:`EffectEvent.to_json`, with non-JSON payload bytes shown as ``payload_b64``."""
+    try:
+        return event.to_json()
+    except (ValueError, UnicodeDecodeError):
+        out = replace(event, payload=None).to_json()
+        out["payload_b64"] = base64.b64encode(event.payload or b"").decode("ascii")
+        return out
+
+
+def item_json(item: ReplayItem) -> dict[str, Any]:
+    """The JSON-lines object of one streamed record."""
+    record = item.record
+    out: dict[str, Any] = {"position": _position_json(record.position),
+                           "timestamp": record.timestamp_ms, "key": record.key}
+    if item.event is not None:
+        out["event"] = event_json(item.event)
+    else:
+        out["undecodable"] = item.undecodable
+        out["raw_b64"] = base64.b64encode(record.value).decode("ascii")
+    if item.violation is not None:
+        out["violation"] = {"reason": item.violation.reason, "detail": item.violation.detail}
+    return out
+
+
+def write_jsonl(items: Iterator[ReplayItem], out: IO[str]) -> int:
+    """Write one JSON object per record; returns how many were written."""
+    count = 0
+    for item in items:
+        out.write(json.dumps(item_json(item), sort_keys=True, separators=(",", ":"),
+                             ensure_ascii=False, default=str))
+        out.write("\n")
+        count += 1
+    out.flush()
+    return count
+
+
+def audit_schema() -> dict[str, Any]:
+    """The Avro schema of an archive: position fields around the current event schema."""
+    return {
+        "type": "record", "name": "ReplayedRecord", "namespace": "io.effectlog.audit",
+        "doc": "One record of the effectlog events topic, as replayed for an audit.",
+        "fields": [
+            {"name": "partition", "type": "int"},
+            {"name": "offset", "type": "long"},
+            {"name": "timestamp", "type": {"type": "long", "logicalType": "timestamp-millis"},
+             "doc": "Log timestamp of the record."},
+            {"name": "key", "type": "string", "doc": "Log key (the idempotency key)."},
+            {"name": "event", "type": ["null", load_schema_text(EVENT_SCHEMA)], "default": None},
+            {"name": "undecodable", "type": ["null", "string"], "default": None,
+             "doc": "Why the record could not be decoded; the bytes are in raw."},
+            {"name": "raw", "type": ["null", "bytes"], "default": None},
+            {"name": "violation", "default": None, "type": ["null", {
+                "type": "record", "name": "Violation",
+                "fields": [{"name": "reason", "type": "string"},
+                           {"name": "detail", "type": "string"}]}]},
+        ],
+    }
+
+
+def item_avro(item: ReplayItem) -> dict[str, Any]:
+    """The Avro record of one streamed record (see :func:`audit_schema`)."""
+    record = item.record
+    return {
+        "partition": record.partition, "offset": record.offset,
+        "timestamp": record.timestamp_ms, "key": record.key,
+        "event": item.event.to_record() if item.event is not None else None,
+        "undecodable": item.undecodable,
+        "raw": record.value if item.event is None else None,
+        "violation": {"reason": item.violation.reason, "detail": item.violation.detail}
+        if item.violation is not None else None,
+    }
+
+
+def write_avro(items: Iterator[ReplayItem], out: IO[bytes],
+               metadata: dict[str, str] | None = None) -> int:
+    """Write an Avro Object Container File (deflate blocks); returns the record count."""
+    count = 0
+
+    def records() -> Iterator[dict[str, Any]]:
+        nonlocal count
+        for item in items:
+            count += 1
+            yield item_avro(item)
+
+    schema = fastavro.parse_schema(audit_schema())
+    fastavro.writer(out, schema, records(), codec="deflate", metadata=metadata or {})
+    out.flush()
+    return count
