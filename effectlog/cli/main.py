@@ -7,6 +7,7 @@ from the exception tree become one-line messages and the documented exit codes.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import click
@@ -95,6 +96,10 @@ def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_js
         configure_logging(log_level, json=log_json)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--log-level") from exc
+    if logging.getLogger().level > logging.DEBUG:
+        # librdkafka repeats connection failures many times a second; the command itself
+        # reports the failure once, as a one-line error with exit code 4.
+        logging.getLogger("effectlog.log.kafka.librdkafka").setLevel(logging.CRITICAL)
     ctx.obj = CliContext(log_url=log_url, state_dir=state_dir)
 
 
