@@ -31,6 +31,10 @@ class ApprovalPolicy:
             return False
         return not _matches(kind, RISKY_PREFIXES) or _matches(kind, self.allow_risky)
 
+    def risky(self, kind: str) -> bool:
+        """Payment and browser kinds, unless explicitly opted in with ``allow_risky``."""
+        return _matches(kind, RISKY_PREFIXES) and not _matches(kind, self.allow_risky)
+
     def reason(self, kind: str) -> str:
         """The Approval.reason written when the policy retries ``kind``."""
         return f"auto-retry policy for {kind}: provider is idempotent by key with complete lookup"

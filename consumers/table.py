@@ -44,6 +44,7 @@ class Facts:
     payload_on_log: bool = True
     auto_retry: bool = False      # the kind's policy allows retrying an ambiguous effect
     foreign_result: bool = False  # the provider's result belongs to another payload
+    risky: bool = False           # payment/browser kind not opted in: a person decides
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,9 @@ def decide(facts: Facts) -> Verdict:
     if lookup is LookupStatus.CONFIRMED:
         return _ambiguous(facts, "the provider holds a result for another payload under this key")
     proof = lookup is LookupStatus.NOT_FOUND and facts.lookup_complete
+    if proof and state is State.UNKNOWN and facts.risky:
+        return _parked(state, "not found by a complete lookup, but an UNKNOWN payment or "
+                       "browser action is never re-dispatched without a decision")
     if proof and state in (State.DISPATCHED, State.UNKNOWN):
         return _dispatch(facts, "not found and the provider's lookup is complete: retried "
                          "with the original key")

@@ -1,0 +1,177 @@
+"""The recovery consumer: finds effects stuck past a deadline and asks for reconciliation.
+
+Stuck entries come from the projection's state/time index (``scan_state``), never from a
+full scan. One command per stuck snapshot: the ledger (fsync'd before the command is sent)
+keeps a second one from being issued while the first is outstanding, across restarts too.
+A command stops being outstanding when the entry's state, epoch or last transition changes,
+or after ``command_timeout_s``. Entries that stay ambiguous after reconciliation (UNKNOWN,
+AWAITING_APPROVAL) are asked about again with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from consumers.bookkeeping import CommandLedger, Issued
+from consumers.commands import ReconciliationCommand
+from effectlog.errors import EffectlogError, InvalidInput
+from effectlog.log.base import COMMANDS, EventLog
+from effectlog.metrics import Metrics
+from effectlog.model import EffectEvent, State, Transition, now_ms
+from projections.store import ProjectionReader
+
+logger = logging.getLogger(__name__)
+
+AMBIGUOUS = frozenset({State.UNKNOWN, State.AWAITING_APPROVAL})
+DEFAULT_STATES = (State.RESERVED, State.DISPATCHED, State.UNKNOWN, State.AWAITING_APPROVAL)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySettings:
+    """Deadlines and pacing of the recovery consumer (seconds unless named otherwise).
+
+    ``per_kind`` maps a kind or kind prefix (``payment.``) to its own deadline; the longest
+    matching prefix wins.
+    """
+
+    stuck_after_s: float = 300.0
+    per_kind: Mapping[str, float] = field(default_factory=dict)
+    command_timeout_s: float = 600.0
+    backoff_base_s: float = 60.0
+    backoff_cap_s: float = 3600.0
+    states: tuple[State, ...] = DEFAULT_STATES
+    max_commands: int = 1000
+    poll_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        values = [self.stuck_after_s, self.command_timeout_s, self.backoff_base_s,
+                  self.backoff_cap_s, self.poll_s, *self.per_kind.values()]
+        if any(v < 0 for v in values) or self.max_commands < 1:
+            raise InvalidInput("recovery settings must be non-negative (max_commands >= 1)")
+
+    def deadline_s(self, kind: str) -> float:
+        """How long an effect of ``kind`` may sit in one state before it counts as stuck."""
+        matches = [p for p in self.per_kind if kind == p or kind.startswith(p)]
+        return self.per_kind[max(matches, key=len)] if matches else self.stuck_after_s
+
+    def backoff_s(self, attempts: int) -> float:
+        """Wait after the ``attempts``-th command for an entry that stays ambiguous."""
+        if attempts < 1:
+            return 0.0
+        return float(min(self.backoff_cap_s, self.backoff_base_s * 2 ** min(attempts - 1, 32)))
+
+    @property
+    def min_deadline_s(self) -> float:
+        return min([self.stuck_after_s, *self.per_kind.values()])
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """What one recovery pass did."""
+
+    issued: list[ReconciliationCommand]
+    outstanding: int   # stuck entries skipped because a command is still outstanding
+    backing_off: int   # ambiguous entries waiting out their backoff
+    truncated: bool    # stopped at ``max_commands``
+
+
+class RecoveryConsumer:
+    """Reads the projection, writes reconciliation commands keyed by idempotency key."""
+
+    def __init__(self, log: EventLog, reader: ProjectionReader, ledger: CommandLedger,
+                 settings: RecoverySettings | None = None, *,
+                 clock: Callable[[], int] = now_ms, metrics: Metrics | None = None) -> None:
+        self.log = log
+        self.reader = reader
+        self.ledger = ledger
+        self.settings = settings or RecoverySettings()
+        self.clock = clock
+        self.metrics = metrics
+
+    def run_once(self) -> PassResult:
+        """One pass over every watched state; returns the commands it issued."""
+        refresh = getattr(self.reader, "refresh", None)
+        if callable(refresh):  # a RocksDB reader sees what the projector committed since
+            refresh()
+        now = self.clock()
+        issued: list[ReconciliationCommand] = []
+        seen: set[str] = set()
+        outstanding = backing_off = 0
+        truncated = False
+        for entry in self._stuck(now):
+            seen.add(entry.idempotency_key)
+            prev = self.ledger.get(entry.idempotency_key)
+            due, attempts = self._due(prev, entry)
+            if now < due:
+                if prev is not None and prev.same_snapshot(entry.state.value, entry.fencing_epoch,
+                                                           entry.occurred_at) \
+                        and now < prev.issued_at + self.settings.command_timeout_s * 1000:
+                    outstanding += 1
+                else:
+                    backing_off += 1
+                continue
+            if len(issued) >= self.settings.max_commands:
+                truncated = True
+                break
+            issued.append(self._issue(entry, attempts, now))
+        if not truncated:
+            self._prune(seen)
+        if issued:
+            logger.info("recovery issued %d reconciliation command(s)", len(issued))
+        return PassResult(issued, outstanding, backing_off, truncated)
+
+    def run(self, stop: threading.Event) -> None:
+        """Pass after pass until ``stop`` is set; backend errors are logged and retried."""
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except EffectlogError as exc:
+                logger.warning("recovery pass failed: %s", exc)
+            stop.wait(self.settings.poll_s)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _stuck(self, now: int) -> Iterator[EffectEvent]:
+        cutoff = now - int(self.settings.min_deadline_s * 1000)
+        for state in self.settings.states:
+            for entry in self.reader.scan_state(state, older_than_ms=cutoff):
+                if entry.occurred_at <= now - int(self.settings.deadline_s(entry.kind) * 1000):
+                    yield entry
+
+    def _due(self, prev: Issued | None, entry: EffectEvent) -> tuple[int, int]:
+        """(earliest time a command may be issued, its attempt number)."""
+        if prev is None:
+            return 0, 1
+        backoff_ms = int(self.settings.backoff_s(prev.attempts) * 1000)
+        if prev.same_snapshot(entry.state.value, entry.fencing_epoch, entry.occurred_at):
+            timeout_ms = int(self.settings.command_timeout_s * 1000)
+            return prev.issued_at + max(timeout_ms, backoff_ms), prev.attempts + 1
+        if entry.state in AMBIGUOUS and entry.transition is not Transition.APPROVE:
+            return prev.issued_at + backoff_ms, prev.attempts + 1  # still in doubt: back off
+        return 0, 1  # moved on (re-dispatched, approved): a fresh entry
+
+    def _issue(self, entry: EffectEvent, attempts: int, now: int) -> ReconciliationCommand:
+        age_s = (now - entry.occurred_at) / 1000
+        command = ReconciliationCommand.for_event(
+            entry, attempts, f"{entry.state.value} for {age_s:.0f}s (attempt {attempts})", now)
+        # Ledger first: a crash before the append delays the command, never doubles it.
+        self.ledger.put(Issued(entry.idempotency_key, entry.state.value, entry.fencing_epoch,
+                               entry.occurred_at, now, attempts, command.command_id))
+        self.log.append(COMMANDS, entry.idempotency_key, command.encode())
+        if self.metrics:
+            self.metrics.commands_issued.inc()
+        logger.debug("command %s for %s (%s)", command.command_id, entry.idempotency_key,
+                     command.reason)
+        return command
+
+    def _prune(self, seen: set[str]) -> None:
+        """Forget keys that left the watched states (settled or abandoned)."""
+        for key in self.ledger.tracked():
+            if key in seen:
+                continue
+            current = self.reader.get(key)
+            if current is None or current.state not in self.settings.states:
+                self.ledger.forget(key)

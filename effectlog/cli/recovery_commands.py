@@ -1,0 +1,220 @@
+"""``recover``, ``reconcile``, ``approve`` and ``fake-provider``: settling effects in doubt.
+
+Options are read once here and passed on as settings objects; the work itself lives in
+:mod:`consumers`.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from effectlog.cli.context import EXIT_UNAVAILABLE, CliContext, emit_json, fail
+from effectlog.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from consumers.policy import ApprovalPolicy
+    from consumers.recovery import RecoverySettings
+
+
+def _seconds(text: str) -> float:
+    from effectlog.audit import parse_duration_ms
+
+    return parse_duration_ms(text) / 1000
+
+
+def recovery_settings(stuck_after: str, command_timeout: str, kind_deadlines: tuple[str, ...],
+                      poll: str = "5s") -> RecoverySettings:
+    """Settings from CLI strings: ``--kind-deadline payment.=1h`` overrides per kind."""
+    from consumers.recovery import RecoverySettings
+
+    per_kind: dict[str, float] = {}
+    for item in kind_deadlines:
+        kind, sep, duration = item.partition("=")
+        if not sep or not kind:
+            raise InvalidInput(f"--kind-deadline {item!r}: use KIND=DURATION, e.g. payment.=1h")
+        per_kind[kind] = _seconds(duration)
+    return RecoverySettings(stuck_after_s=_seconds(stuck_after), per_kind=per_kind,
+                            command_timeout_s=_seconds(command_timeout), poll_s=_seconds(poll))
+
+
+def approval_policy(auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> ApprovalPolicy:
+    from consumers.policy import ApprovalPolicy
+
+    return ApprovalPolicy(auto_retry=auto_retry, allow_risky=allow_risky)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (the main thread installs the handlers)."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+recovery_options: list[Callable[[F], F]] = [
+    click.option("--stuck-after", default="5m", show_default=True,
+                 help="How long an effect may sit in RESERVED/DISPATCHED/UNKNOWN (90s, 5m, 1h)."),
+    click.option("--kind-deadline", "kind_deadlines", multiple=True, metavar="KIND=DUR",
+                 help="Per-kind deadline; a kind or prefix, e.g. payment.=1h. Repeatable."),
+    click.option("--command-timeout", default="10m", show_default=True,
+                 help="After this, an unanswered command is issued again."),
+]
+
+
+def _with(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    """Apply a shared list of click options (``serve`` reuses the recovery ones)."""
+    def decorate(fn: F) -> F:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@_with(recovery_options)
+@click.option("--json", "as_json", is_flag=True, help="Report as JSON.")
+@click.pass_obj
+def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple[str, ...],
+            command_timeout: str, as_json: bool) -> None:
+    """Find stuck effects in the projection and emit reconciliation commands."""
+    from consumers.bookkeeping import CommandLedger, consumer_db_path
+    from consumers.recovery import RecoveryConsumer
+    from projections import open_reader
+
+    settings = recovery_settings(stuck_after, command_timeout, kind_deadlines)
+    log = obj.open_log()
+    reader = open_reader(obj.state_dir)
+    if not reader.exists:
+        fail(f"no projection under {obj.state_dir}: run `effectlog project` (or `effectlog "
+             "serve`) first", EXIT_UNAVAILABLE)
+    ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
+    consumer = RecoveryConsumer(log, reader, ledger, settings)
+    try:
+        if not once:
+            consumer.run(stop_on_signals())
+            return
+        result = consumer.run_once()
+    finally:
+        ledger.close()
+        reader.close()
+        log.close()
+    rows = [{"idempotency_key": c.idempotency_key, "state": c.observed_state,
+             "fencing_epoch": c.observed_epoch, "attempt": c.attempt,
+             "command_id": c.command_id, "reason": c.reason} for c in result.issued]
+    if as_json:
+        emit_json({"issued": rows, "outstanding": result.outstanding,
+                   "backing_off": result.backing_off, "truncated": result.truncated})
+        return
+    for row in rows:
+        click.echo(f"reconcile {row['idempotency_key']}  ({row['reason']})")
+    click.echo(f"{len(rows)} command(s) issued, {result.outstanding} outstanding, "
+               f"{result.backing_off} backing off")
+
+
+@click.command()
+@click.option("--provider", "provider_spec", required=True, metavar="SPEC",
+              help="module:factory, fake:///path/provider.db or http://host:port")
+@click.option("--once", is_flag=True, help="Handle the commands there are now, then exit.")
+@click.option("--worker-id", default=None, help="Writer identity (default reconciler:HOST:PID).")
+@click.option("--auto-retry", multiple=True, metavar="KIND",
+              help="Kind (prefix) the policy may retry without approval. Repeatable.")
+@click.option("--allow-risky", multiple=True, metavar="KIND",
+              help="Opt a payment*/browser* kind into --auto-retry explicitly.")
+@click.option("--json", "as_json", is_flag=True, help="Report as JSON lines.")
+@click.pass_obj
+def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | None,
+              auto_retry: tuple[str, ...], allow_risky: tuple[str, ...], as_json: bool) -> None:
+    """Consume reconciliation commands and settle each effect per the recovery table."""
+    from consumers.bookkeeping import OffsetStore, consumer_db_path
+    from consumers.providers import load_provider
+    from consumers.reconciler import Reconciler, ReconcilerSettings
+
+    provider = load_provider(provider_spec)
+    policy = approval_policy(auto_retry, allow_risky)
+    settings = ReconcilerSettings(policy=policy) if worker_id is None else \
+        ReconcilerSettings(worker_id=worker_id, policy=policy)
+    log = obj.open_log()
+    offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
+    reconciler = Reconciler(log, provider, offsets, settings)
+    try:
+        if not once:
+            reconciler.run(stop_on_signals())
+            return
+        handled = reconciler.run_once()
+    finally:
+        offsets.close()
+        log.close()
+    for item in handled:
+        row = {"idempotency_key": item.key, "action": item.action.value, "reason": item.reason,
+               "state": item.state.value if item.state else None}
+        if as_json:
+            emit_json(row)
+        else:
+            click.echo(f"{item.action.value:<15} {item.key} -> {row['state']}  ({item.reason})")
+    if not as_json:
+        click.echo(f"{len(handled)} command(s) handled")
+
+
+@click.command()
+@click.argument("key")
+@click.option("--decision", required=True, type=click.Choice(["retry", "abandon"],
+                                                             case_sensitive=False))
+@click.option("--by", "by", required=True, help="Who decides (recorded in the history).")
+@click.option("--reason", required=True, help="Why (recorded in the history).")
+@click.option("--json", "as_json", is_flag=True, help="Print the APPROVE event as JSON.")
+@click.pass_obj
+def approve(obj: CliContext, key: str, decision: str, by: str, reason: str, as_json: bool) -> None:
+    """Decide on an effect in UNKNOWN or AWAITING_APPROVAL: retry (same key) or abandon."""
+    from consumers.approvals import approve as append_decision
+    from effectlog.keys import validate_key
+
+    log = obj.open_log()
+    try:
+        event = append_decision(log, validate_key(key), decision, by, reason)
+    finally:
+        log.close()
+    if as_json:
+        emit_json(event.to_json())
+    else:
+        click.echo(f"{key}: {decision.upper()} by {by} -> {event.state.value} "
+                   f"(epoch {event.fencing_epoch})")
+
+
+@click.group("fake-provider")
+def fake_provider() -> None:
+    """The bundled fake provider (results by key in SQLite), for trials and demos."""
+
+
+@fake_provider.command("serve")
+@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False),
+              help="SQLite file of the fake's results (created if missing).")
+@click.option("--lookup-incomplete", is_flag=True, help="Declare lookups incomplete.")
+@click.option("--retention", default="30d", show_default=True, help="Declared result retention.")
+def serve_fake(port: int, host: str, db_path: str, lookup_incomplete: bool,
+               retention: str) -> None:
+    """Serve the fake over HTTP with Idempotency-Key semantics until SIGTERM/Ctrl-C."""
+    from consumers.providers.fake import FakeProvider
+    from consumers.providers.http_server import FakeProviderServer
+
+    provider = FakeProvider(db_path, lookup_complete=not lookup_incomplete,
+                            retention_s=_seconds(retention))
+    server = FakeProviderServer(provider, host, port).start()
+    click.echo(f"fake provider on {server.url} (db {db_path}); use --provider {server.url}",
+               err=True)
+    stop_on_signals().wait()
+    server.close()
+    provider.close()
