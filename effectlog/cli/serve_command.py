@@ -23,6 +23,7 @@ from effectlog.cli.recovery_commands import (
     recovery_settings,
     stop_on_signals,
 )
+from effectlog.redact import redact_url
 
 if TYPE_CHECKING:
     from effectlog.metrics import Metrics
@@ -159,7 +160,7 @@ def serve(obj: CliContext, provider_spec: str | None, metrics_port: int, metrics
                                 ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
                                 view=view, metrics=metrics)
         threads.append(_loop("reconciler", stop, reconciler.run, stop, failed))
-    logger.info("serving %s (state %s); metrics on port %d", obj.log_url, obj.state_dir,
+    logger.info("serving %s (state %s); metrics on port %d", redact_url(obj.log_url), obj.state_dir,
                 server.port)
     click.echo(f"effectlog serve: metrics on http://{metrics_host}:{server.port}/metrics", err=True)
     stop.wait()
