@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from consumers.bookkeeping import CommandLedger, Issued
 from consumers.commands import ReconciliationCommand
-from effectlog.errors import EffectlogError, InvalidInput
+from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.metrics import Metrics
 from effectlog.model import EffectEvent, State, Transition, now_ms
@@ -158,9 +158,19 @@ class RecoveryConsumer:
         command = ReconciliationCommand.for_event(
             entry, attempts, f"{entry.state.value} for {age_s:.0f}s (attempt {attempts})", now)
         # Ledger first: a crash before the append delays the command, never doubles it.
+        previous = self.ledger.get(entry.idempotency_key)
         self.ledger.put(Issued(entry.idempotency_key, entry.state.value, entry.fencing_epoch,
                                entry.occurred_at, now, attempts, command.command_id))
-        self.log.append(COMMANDS, entry.idempotency_key, command.encode())
+        try:
+            self.log.append(COMMANDS, entry.idempotency_key, command.encode())
+        except BackendUnavailable:
+            # Known not sent (no delivery report): undo, so the next pass retries at once
+            # instead of waiting out the command timeout. A duplicate would be harmless anyway.
+            if previous is None:
+                self.ledger.forget(entry.idempotency_key)
+            else:
+                self.ledger.put(previous)
+            raise
         if self.metrics:
             self.metrics.commands_issued.inc()
         logger.debug("command %s for %s (%s)", command.command_id, entry.idempotency_key,

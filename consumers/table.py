@@ -98,6 +98,8 @@ def _dispatch(facts: Facts, reason: str) -> Verdict:
 
 
 def _ambiguous(facts: Facts, what: str) -> Verdict:
+    if facts.state is State.DISPATCHED:  # first UNKNOWN; a policy may retry on the next pass
+        return Verdict(Action.MARK_UNKNOWN, f"{what}: the effect may have happened")
     if facts.auto_retry and facts.lookup_complete and facts.payload_on_log:
         return Verdict(Action.POLICY_RETRY, f"{what}: the kind's policy allows a retry with "
                        "the original key")

@@ -105,12 +105,19 @@ class Worker:
         event = new_effect(operation_id, kind, target, payload, self.worker_id,
                            payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
         existing = self._load(event.idempotency_key)
-        if existing is not None:
+        if existing is None:
             try:
-                check(existing, event)
-            except IllegalTransition:
-                return existing  # same key, same payload: the original record
-        return self._append(None, event)
+                return self._append(None, event)
+            except (IllegalTransition, Fenced):
+                # Another delivery created the key at the same moment: judge against it.
+                existing = self._load(event.idempotency_key, fresh=True)
+                if existing is None:
+                    raise
+        try:
+            check(existing, event)
+        except IllegalTransition:
+            return existing  # same key, same payload: the original record
+        raise IllegalTransition(f"{event.idempotency_key} already exists")
 
     def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
         """Take ownership with a new fencing epoch (default: current + 1).

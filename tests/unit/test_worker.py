@@ -161,3 +161,18 @@ def test_concurrent_claims_have_exactly_one_winner(tmp_path: Path) -> None:
     with pytest.raises(Fenced):
         b._append(current, second)
     assert a.get(key).worker_id == "a"  # type: ignore[union-attr]
+
+
+def test_simultaneous_creates_of_one_key_both_get_the_original(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/log.db"
+    a, b = Worker(open_log(url), "a"), Worker(open_log(url), "b")
+    key = "agent:op-12:email.send:mailto:a@example.com"
+    assert a.get(key) is None and b.get(key) is None  # both saw no effect yet
+    first = a.create("op-12", KIND, TARGET, {"n": 1})
+    b._known[key] = (None, None)  # b still believes the key is new: its append must lose
+    second = b.create("op-12", KIND, TARGET, {"n": 1})
+    assert second.event_id == first.event_id
+    assert len(open_log(url).read_key(EVENTS, key)) == 1
+    b._known[key] = (None, None)
+    with pytest.raises(PayloadMismatch):
+        b.create("op-12", KIND, TARGET, {"n": 2})

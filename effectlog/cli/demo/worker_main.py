@@ -1,0 +1,132 @@
+"""An effectlog worker process of the demo: one job per stdin line, one reply line each.
+
+Each job runs through :meth:`Worker.perform` with the job's stable key. The planned fault
+of the delivery is applied here: a SIGKILL of this very process at a transition boundary
+(no cleanup, no last write), or a provider answer that is lost (accept-then-timeout) or
+late. The reply says whether the queue may drop the job (``ack``): everything but an
+unreachable log is settled or handed over to recovery.
+
+    python -m effectlog.cli.demo.worker_main --log URL --state DIR --provider SPEC --id W
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from effectlog.errors import BackendUnavailable, Conflict
+from effectlog.log import open_log
+from effectlog.model import EffectEvent, State
+from effectlog.provider import FencedByProvider, Provider, ProviderError, ProviderFailed, ProviderTimeout
+from effectlog.view import StateView
+from effectlog.worker import EffectCall, EffectInDoubt, Worker
+
+
+class CrashingWorker(Worker):
+    """A Worker that kills its own process right after the transition named ``crash_at``."""
+
+    crash_at: str | None = None
+
+    def crash_if(self, point: str) -> None:
+        if point == self.crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def create(self, operation_id: str, kind: str, target: str, payload: Any, *,
+               payload_ref: str | None = None) -> EffectEvent:
+        event = super().create(operation_id, kind, target, payload, payload_ref=payload_ref)
+        self.crash_if("after_create")
+        return event
+
+    def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
+        event = super().reserve(key, epoch=epoch)
+        self.crash_if("after_reserve")
+        return event
+
+    def dispatch(self, key: str, *, epoch: int | None = None) -> EffectEvent:
+        event = super().dispatch(key, epoch=epoch)
+        self.crash_if("after_dispatch")
+        return event
+
+    def record(self, key: str, status: State | str, result: Any = None, *,
+               source: str = "worker", epoch: int | None = None) -> EffectEvent:
+        event = super().record(key, status, result, source=source, epoch=epoch)
+        self.crash_if("after_record")
+        return event
+
+
+def run_job(worker: CrashingWorker, provider: Provider, job: dict[str, Any]) -> dict[str, Any]:
+    """Perform one delivery of a job; the reply for the queue."""
+    worker.crash_at = job.get("crash")
+
+    def call(effect: EffectCall) -> Any:
+        result = provider.execute(effect.event.target, effect.payload_hash, effect.key,
+                                  effect.fencing_epoch, effect.payload)
+        if job.get("slow_s"):
+            time.sleep(float(job["slow_s"]))
+        if job.get("timeout"):
+            raise ProviderTimeout("injected: the provider performed the call, the answer was lost")
+        worker.crash_if("after_provider_call")
+        return result
+
+    try:
+        worker.perform(job["op"], job["kind"], job["target"], job["payload"], call)
+    except ProviderFailed:
+        return {"ack": True, "status": "failed"}
+    except EffectInDoubt:
+        return {"ack": True, "status": "in_doubt"}
+    except Conflict as exc:  # another owner took the key over: this worker's write was refused
+        refused = any(isinstance(e, FencedByProvider) for e in _chain(exc))
+        return {"ack": True, "status": "superseded", "stale": True, "provider_refused": refused}
+    except ProviderError as exc:  # marked UNKNOWN by the worker: recovery takes it from here
+        refused = isinstance(exc, FencedByProvider)
+        return {"ack": True, "status": "unknown", "provider_refused": refused}
+    except BackendUnavailable as exc:
+        return {"ack": False, "status": "error", "detail": str(exc)[:200]}
+    return {"ack": True, "status": "succeeded"}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(out) < 5:
+        out.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return out
+
+
+def _view(log_url: str, state_dir: str, log: Any) -> StateView | None:
+    """On Kafka, read state from the projection (the supervisor runs the projector)."""
+    if not log_url.startswith("kafka"):
+        return None
+    from projections.view import ProjectionView
+
+    return ProjectionView(log, state_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="effectlog demo worker process")
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--provider", required=True)
+    parser.add_argument("--id", required=True)
+    args = parser.parse_args(argv)
+    from consumers.providers import load_provider
+
+    provider = load_provider(args.provider)
+    log = open_log(args.log)
+    worker = CrashingWorker(log, args.id, view=_view(args.log, args.state, log))
+    for line in sys.stdin:
+        reply = run_job(worker, provider, json.loads(line))
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

