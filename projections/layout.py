@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ def ensure_generation(state_dir: str | os.PathLike[str]) -> Path:
     try:
         os.symlink(fresh.name, path)
     except FileExistsError:  # another process created it first
-        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.rmdir()
         found = current_generation(state_dir)
         if found is None:
             raise
@@ -108,6 +107,8 @@ def _sibling(path: Path, marker: str) -> Path:
 
 
 def _prune(path: Path, keep: set[Path | None]) -> None:
+    import shutil
+
     kept = {p.resolve() for p in keep if p is not None}
     for marker in (_GEN, _NEW):
         for old in path.parent.glob(f"{path.name}{marker}*"):

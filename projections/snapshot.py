@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,49 +26,48 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 # -- state CF --------------------------------------------------------------------------------
+# A snapshot is ``[FORMAT, *fields]``: the event's plain-value fields (see
+# projections.fastevent.Fields) with the payload bytes in base64.
+
+_PAYLOAD_AT = 13  # index of the payload in a snapshot list
+
 
 def encode_snapshot(e: EffectEvent) -> bytes:
     """The snapshot of ``e`` as compact JSON bytes (deterministic for equal events)."""
     outcome = e.outcome
     approval = e.approval
     return _dumps([
-        FORMAT, e.event_id, e.idempotency_key, e.operation_id, e.kind, e.target,
-        e.payload_hash,
+        FORMAT, e.idempotency_key, e.operation_id, e.kind, e.target, e.payload_hash,
+        e.transition.value, e.state.value, e.fencing_epoch, e.worker_id, e.attempt,
+        e.created_at, e.occurred_at,
         None if e.payload is None else base64.b64encode(e.payload).decode("ascii"),
-        e.payload_ref, e.transition.value, e.state.value, e.fencing_epoch, e.worker_id,
-        e.attempt, e.created_at, e.occurred_at,
-        None if outcome is None else [
-            outcome.status.value,
-            json.dumps(outcome.result, sort_keys=True, separators=(",", ":")), outcome.source],
+        e.payload_ref,
+        None if outcome is None else [outcome.status.value, outcome.result, outcome.source],
         e.error,
         None if approval is None else [
             approval.decision.value, approval.by, approval.reason, approval.at],
+        e.event_id,
     ]).encode("utf-8")
+
+
+def snapshot_from_fields(fields: Sequence[Any]) -> bytes:
+    """:func:`encode_snapshot` of ``event_from_fields(fields)``, without building the event
+    (the decoder process makes it while the projector judges another batch)."""
+    payload = fields[_PAYLOAD_AT - 1]
+    if payload is not None:
+        fields = [*fields[:_PAYLOAD_AT - 1], base64.b64encode(payload).decode("ascii"),
+                  *fields[_PAYLOAD_AT:]]
+    return _dumps([FORMAT, *fields]).encode("utf-8")
 
 
 def decode_snapshot(raw: bytes) -> EffectEvent:
     """The event stored by :func:`encode_snapshot`."""
-    from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
+    from projections.fastevent import event_from_fields
 
-    (fmt, event_id, key, operation_id, kind, target, p_hash, payload, payload_ref, transition,
-     state, epoch, worker_id, attempt, created_at, occurred_at, outcome, error,
-     approval) = json.loads(raw)
-    if fmt != FORMAT:
-        raise ValueError(f"unknown snapshot format {fmt}")
-    return EffectEvent(
-        idempotency_key=key, operation_id=operation_id, kind=kind, target=target,
-        payload_hash=p_hash, transition=Transition(transition), state=State(state),
-        fencing_epoch=epoch, worker_id=worker_id, attempt=attempt, created_at=created_at,
-        occurred_at=occurred_at,
-        payload=None if payload is None else base64.b64decode(payload),
-        payload_ref=payload_ref,
-        outcome=None if outcome is None else Outcome(State(outcome[0]), json.loads(outcome[1]),
-                                                     outcome[2]),
-        error=error,
-        approval=None if approval is None else Approval(Decision(approval[0]), approval[1],
-                                                        approval[2], approval[3]),
-        event_id=event_id,
-    )
+    values = _load(raw)
+    if values[_PAYLOAD_AT] is not None:
+        values[_PAYLOAD_AT] = base64.b64decode(values[_PAYLOAD_AT])
+    return event_from_fields(values[1:])
 
 
 def snapshot_json(raw: bytes) -> dict[str, Any]:
@@ -76,14 +76,13 @@ def snapshot_json(raw: bytes) -> dict[str, Any]:
     Needs neither fastavro nor the model: this is what ``effectlog get --json`` prints.
     Payload bytes that are not UTF-8 JSON are shown as ``{"base64": ...}``.
     """
-    (_, event_id, key, operation_id, kind, target, p_hash, payload, payload_ref, transition,
-     state, epoch, worker_id, attempt, created_at, occurred_at, outcome, error,
-     approval) = json.loads(raw)
+    (_, key, operation_id, kind, target, p_hash, transition, state, epoch, worker_id, attempt,
+     created_at, occurred_at, payload, payload_ref, outcome, error, approval,
+     event_id) = _load(raw)
     shown: Any = None
     if payload is not None:
-        data = base64.b64decode(payload)
         try:
-            shown = json.loads(data.decode("utf-8"))
+            shown = json.loads(base64.b64decode(payload).decode("utf-8"))
         except ValueError:
             shown = {"base64": payload}
     return {
@@ -93,24 +92,26 @@ def snapshot_json(raw: bytes) -> dict[str, Any]:
         "fencing_epoch": epoch, "worker_id": worker_id, "attempt": attempt,
         "created_at": created_at, "occurred_at": occurred_at,
         "outcome": None if outcome is None else {
-            "status": outcome[0], "result": json.loads(outcome[1]), "source": outcome[2]},
+            "status": outcome[0], "result": outcome[1], "source": outcome[2]},
         "error": error,
         "approval": None if approval is None else {
             "decision": approval[0], "by": approval[1], "reason": approval[2], "at": approval[3]},
     }
 
 
-def snapshot_state_and_time(raw: bytes) -> tuple[str, int]:
-    """(state name, last-transition ms) of a stored snapshot, for its index key."""
-    fields = json.loads(raw)
-    return fields[10], fields[15]
+def _load(raw: bytes) -> list[Any]:
+    values = json.loads(raw)
+    if not isinstance(values, list) or not values or values[0] != FORMAT:
+        raise ValueError(f"not a projection snapshot of format {FORMAT}")
+    return values
 
 
 # -- index CF --------------------------------------------------------------------------------
 
-def index_key(state: str, at_ms: int, key: str) -> bytes:
-    """``STATE \\0 ms(8, big-endian) key``: sorted by state, then time, then key."""
-    return state.encode("ascii") + _SEP + _U64.pack(max(at_ms, 0)) + key.encode("utf-8")
+def index_prefix(state: str) -> bytes:
+    """``STATE \\0``: where the index entries of ``state`` start; an entry is the prefix,
+    the last-transition time (8 bytes, big-endian ms) and the key."""
+    return state.encode("ascii") + _SEP
 
 
 def index_range(state: str, before_ms: int | None) -> tuple[bytes, bytes]:
@@ -121,21 +122,13 @@ def index_range(state: str, before_ms: int | None) -> tuple[bytes, bytes]:
     return prefix, upper
 
 
-def split_index_key(raw: bytes) -> tuple[str, int, str]:
-    """(state, ms, key) of an index key."""
-    cut = raw.index(_SEP)
-    return (raw[:cut].decode("ascii"), _U64.unpack_from(raw, cut + 1)[0],
-            raw[cut + 9:].decode("utf-8"))
-
-
 # -- offsets, counters, rejected -------------------------------------------------------------
 
 def offset_key(partition: int) -> bytes:
     return _U32.pack(partition)
 
 
-def pack_u64(value: int) -> bytes:
-    return _U64.pack(value)
+pack_u64: Callable[[int], bytes] = _U64.pack
 
 
 def unpack_u64(raw: bytes) -> int:

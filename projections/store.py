@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from effectlog.log.base import Position
@@ -77,7 +77,7 @@ class ProjectionReader(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the database handles."""
 
-    def __enter__(self) -> ProjectionReader:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

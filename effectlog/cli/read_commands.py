@@ -1,0 +1,181 @@
+"""Read-side commands on the projection: ``get``, ``list``, ``stats``.
+
+They open the RocksDB projection read-only, so they run next to ``effectlog project``.
+Imports are kept to what each command needs: ``get --json`` loads neither fastavro, the
+model nor rich, and prints the snapshot straight from its stored JSON form.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from effectlog.cli.context import EXIT_NOT_FOUND, CliContext, emit_json, fail
+
+if TYPE_CHECKING:
+    from projections.rocksdb import RocksProjectionReader
+
+STATES = ("CREATED", "RESERVED", "DISPATCHED", "UNKNOWN", "AWAITING_APPROVAL", "SUCCEEDED",
+          "FAILED", "ABANDONED")
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+
+
+def parse_duration_ms(text: str) -> int:
+    """``30s``, ``5m``, ``2h``, ``1d``, ``1h30m`` -> milliseconds; click usage error otherwise."""
+    spec = text.strip().lower()
+    parts = _DURATION.findall(spec)
+    if not spec or "".join(n + u for n, u in parts) != spec:
+        raise click.BadParameter(f"invalid duration {text!r}: use e.g. 30s, 5m, 2h, 1d, 1h30m",
+                                 param_hint="--older-than")
+    return sum(int(n) * _UNITS_MS[u] for n, u in parts)
+
+
+def _reader(obj: CliContext, families: tuple[str, ...] | None = None) -> RocksProjectionReader:
+    from projections import open_reader
+
+    return open_reader(obj.state_dir, families=families)
+
+
+def _no_projection(obj: CliContext) -> str:
+    return f"no projection under {obj.state_dir}: run `effectlog project` first"
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    Console().print(table)
+
+
+def _age(ms: int, now: int) -> str:
+    """``1d4h``, ``2h3m``, ``5m12s`` or ``40s``: the two largest units of an age."""
+    seconds = max(0, now - ms) // 1000
+    parts = [(seconds // 86_400, "d"), (seconds // 3600 % 24, "h"), (seconds // 60 % 60, "m"),
+             (seconds % 60, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return "".join(f"{n}{unit}" for n, unit in parts[:2])
+
+
+@click.command()
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+@click.pass_obj
+def get(obj: CliContext, key: str, as_json: bool) -> None:
+    """Show the current state of one effect (exit 1 if the key is unknown)."""
+    reader = _reader(obj, ("state",))
+    try:
+        snapshot = reader.get_json(key)
+        exists = reader.exists
+    finally:
+        reader.close()
+    if snapshot is None:
+        fail(f"no effect with key {key}" if exists else _no_projection(obj), EXIT_NOT_FOUND)
+        return
+    if as_json:
+        emit_json(snapshot)
+        return
+    rows = [[name, _show(value)] for name, value in snapshot.items() if value is not None]
+    _table(key, ["field", "value"], rows)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict | list):
+        import json
+
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+@click.command(name="list")
+@click.option("--state", "state", type=click.Choice(STATES, case_sensitive=False), default=None,
+              help="Only effects in this state (default: every state).")
+@click.option("--older-than", "older_than", default=None, metavar="DUR",
+              help="Only effects whose last transition is older than DUR (30s, 5m, 2h, 1d).")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of snapshots.")
+@click.pass_obj
+def list_effects(obj: CliContext, state: str | None, older_than: str | None, limit: int,
+                 as_json: bool) -> None:
+    """List effects by state and age, oldest first: a range scan over the state/time index."""
+    now = int(time.time() * 1000)
+    cutoff = now - parse_duration_ms(older_than) if older_than is not None else None
+    states = [state.upper()] if state else list(STATES)
+    reader = _reader(obj, ("state", "index"))
+    try:
+        found = [(at, snap) for name in states for at, snap in _scan(reader, name, cutoff, limit)]
+    finally:
+        reader.close()
+    found.sort(key=lambda item: (item[0], item[1]["idempotency_key"]))
+    snapshots = [snap for _, snap in found[:limit]]
+    if as_json:
+        emit_json(snapshots)
+        return
+    rows = [[s["idempotency_key"], s["state"], s["fencing_epoch"], s["worker_id"], s["attempt"],
+             _age(s["occurred_at"], now)] for s in snapshots]
+    _table(f"{len(rows)} effect(s)", ["key", "state", "epoch", "worker", "attempt", "age"], rows)
+
+
+def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
+          limit: int) -> list[tuple[int, dict[str, Any]]]:
+    from projections.snapshot import snapshot_json
+
+    return [(at, snapshot_json(raw)) for at, _, raw in reader.scan_raw(state, cutoff, limit)]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.pass_obj
+def stats(obj: CliContext, as_json: bool) -> None:
+    """Effects per state, rejected events per reason, projector lag per partition.
+
+    Exit 4 when the log cannot be reached (lag needs its end offsets).
+    """
+    figures = collect_stats(obj)
+    if as_json:
+        emit_json(figures)
+        return
+    _table("effects by state", ["state", "count"], [[k, v] for k, v in figures["states"].items()])
+    _table("rejected events by reason", ["reason", "count"],
+           [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])
+    _table("projector lag", ["partition", "log end", "projected", "lag"],
+           [[p, figures["end_offsets"][p], figures["next_offsets"].get(p, 0), lag]
+            for p, lag in figures["lag"].items()])
+
+
+def collect_stats(obj: CliContext) -> dict[str, Any]:
+    """The figures ``stats`` shows; other sections (metrics) can be added to the dict."""
+    from effectlog.log.base import EVENTS
+
+    reader = _reader(obj, ("offsets", "metadata"))
+    try:
+        counts = reader.counts()
+        nexts = reader.next_offsets()
+    finally:
+        reader.close()
+    log = obj.open_log()
+    try:
+        ends = log.end_offsets(EVENTS)
+    finally:
+        log.close()
+    states = {name: counts.get(f"state:{name}", 0) for name in STATES}
+    rejected = {label.split(":", 1)[1]: n for label, n in counts.items()
+                if label.startswith("rejected:")}
+    return {
+        "states": states,
+        "rejected": rejected,
+        "rejected_total": sum(rejected.values()),
+        "end_offsets": {str(p): n for p, n in ends.items()},
+        "next_offsets": {str(p): n for p, n in nexts.items()},
+        "lag": {str(p): max(0, n - nexts.get(p, 0)) for p, n in ends.items()},
+        "projection": str(obj.state_dir),
+    }

@@ -1,0 +1,262 @@
+"""Exactly-once apply of one partition's records to its RocksDB.
+
+A poll batch is judged with :func:`effectlog.machine.check` (the writer's own rules) and
+committed as ONE WriteBatch holding the snapshots, index moves, rejections, counters and
+the partition's next offset. Killed at any instant, the database holds either the whole
+batch or none of it, and the projector resumes at the stored offset.
+
+The WriteBatch is written with ``sync=False``: the WAL write reaches the OS before
+``write`` returns, so a killed process loses nothing; a power loss may drop the WAL tail,
+which rolls state and offset back together and is simply re-applied from the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import WriteBatch, WriteOptions
+
+from effectlog.errors import Conflict, EffectlogError
+from effectlog.log.base import Record
+from effectlog.machine import check
+from effectlog.model import EffectEvent, State
+from projections.decoding import Decoded, decode_values
+from projections.fastevent import Fields, event_from_fields
+from projections.rocksdb import (
+    CLOCK_PREFIX,
+    COLUMN_FAMILIES,
+    COUNT_PREFIX,
+    INDEX,
+    METADATA,
+    OFFSETS,
+    REJECTED,
+    STATE,
+    open_partition,
+    read_counts,
+)
+from projections.snapshot import (
+    decode_snapshot,
+    encode_rejection,
+    index_prefix,
+    offset_key,
+    pack_i64,
+    pack_u64,
+    rejected_key,
+    snapshot_from_fields,
+    unpack_u64,
+)
+
+logger = logging.getLogger(__name__)
+
+UNDECODABLE = "undecodable"
+KEY_MISMATCH = "key_mismatch"
+DUPLICATE = "duplicate"
+INVALID = "invalid_event"
+_INDEX_PREFIX = {state: index_prefix(state.value) for state in State}
+_STATE_LABEL = {state: f"state:{state.value}" for state in State}
+
+
+def rejection_reason(exc: EffectlogError) -> str:
+    """The stored reason of a refused event: the Conflict subclass's ``reason``; the bare
+    :class:`Conflict` that ``check`` raises for a repeated event id is a duplicate delivery."""
+    if type(exc) is Conflict:
+        return DUPLICATE
+    if isinstance(exc, Conflict):
+        return exc.reason
+    return INVALID
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one batch did."""
+
+    records: int
+    accepted: int
+    rejected: int
+    next_offset: int
+
+
+class PartitionWriter:
+    """The only writer of one partition's RocksDB; keeps an LRU of hot snapshots."""
+
+    def __init__(self, path: Path, partition: int, cache_size: int = 50_000) -> None:
+        self.path = path
+        self.partition = partition
+        self.cache_size = cache_size
+        self.db = open_partition(path, "write")
+        self._cf = {name: self.db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self._h = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = False
+        self._cache: OrderedDict[str, EffectEvent] = OrderedDict()
+        raw = self._cf[OFFSETS].get(offset_key(partition))
+        self.next_offset = 0 if raw is None else unpack_u64(raw)
+        self.counts = read_counts(self._cf[METADATA])
+
+    def close(self) -> None:
+        """Flush memtables (so readers replay no WAL) and release the lock."""
+        try:
+            self.db.flush()
+        finally:
+            self.db.close()
+
+    def apply(self, records: Sequence[Record], decoded: Sequence[Decoded] | None = None) -> Applied:
+        """Judge and commit ``records`` (consecutive, from this partition) in one WriteBatch.
+
+        ``decoded`` holds what a decoder made of them (see :mod:`projections.decoding`);
+        records below the stored next offset were applied before and are skipped.
+        """
+        skip = 0
+        while skip < len(records) and records[skip].offset < self.next_offset:
+            skip += 1
+        if skip == len(records):
+            return Applied(0, 0, 0, self.next_offset)
+        records = records[skip:]
+        items = _events(decode_values([r.value for r in records]) if decoded is None
+                        else decoded[skip:])
+        originals = self._load({item[0].idempotency_key for item in items
+                                if not isinstance(item, str)})
+        current = dict(originals)
+        accepted: dict[str, Fields] = {}  # key -> fields of its latest accepted event
+        counts: dict[str, int] = {}
+        batch = WriteBatch(raw_mode=True)
+        rejected = 0
+        for record, item in zip(records, items, strict=True):
+            if isinstance(item, str):
+                self._reject(batch, counts, record, record.key, UNDECODABLE, item)
+                rejected += 1
+                continue
+            event, fields = item
+            key = event.idempotency_key
+            try:
+                if record.key != key:
+                    raise _KeyMismatch(f"log key {record.key!r} differs from the event's "
+                                       f"idempotency key {key!r}")
+                check(current.get(key), event)
+            except EffectlogError as exc:
+                reason = KEY_MISMATCH if isinstance(exc, _KeyMismatch) else rejection_reason(exc)
+                self._reject(batch, counts, record, key, reason, str(exc))
+                rejected += 1
+                continue
+            current[key] = event
+            accepted[key] = fields
+        self._stage_states(batch, counts, originals, current, accepted)
+        next_offset = records[-1].offset + 1
+        batch.put(offset_key(self.partition), pack_u64(next_offset), self._h[OFFSETS])
+        totals = self._stage_counts(batch, counts)
+        self.db.write(batch, self._write_opts)
+        for label, total in totals.items():
+            if total:
+                self.counts[label] = total
+            else:
+                self.counts.pop(label, None)
+        self.next_offset = next_offset
+        self._remember(current, accepted)
+        return Applied(len(records), len(records) - rejected, rejected, next_offset)
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _load(self, keys: set[str]) -> dict[str, EffectEvent | None]:
+        """Current snapshots of ``keys``: from the LRU, the rest with one multi-get."""
+        found: dict[str, EffectEvent | None] = {}
+        missing = []
+        cache = self._cache
+        for key in keys:
+            hit = cache.get(key)
+            if hit is None:
+                missing.append(key)
+            else:
+                cache.move_to_end(key)
+                found[key] = hit
+        if missing:
+            values = self._cf[STATE].get([k.encode("utf-8") for k in missing])
+            assert isinstance(values, list)
+            for key, raw in zip(missing, values, strict=True):
+                found[key] = None if raw is None else decode_snapshot(raw)
+        return found
+
+    def _stage_states(self, batch: WriteBatch, counts: dict[str, int],
+                      originals: dict[str, EffectEvent | None],
+                      current: dict[str, EffectEvent | None], accepted: dict[str, Fields]) -> None:
+        """Snapshot puts, index moves and per-state counts of the keys the batch changed."""
+        put, delete = batch.put, batch.delete
+        h_state, h_index = self._h[STATE], self._h[INDEX]
+        moves: dict[State, int] = {}
+        for key, fields in accepted.items():
+            new = current[key]
+            assert new is not None
+            old = originals.get(key)
+            name = key.encode("utf-8")
+            put(name, snapshot_from_fields(fields), h_state)
+            if old is not None:
+                delete(_INDEX_PREFIX[old.state] + pack_u64(max(old.occurred_at, 0)) + name,
+                       h_index)
+                moves[old.state] = moves.get(old.state, 0) - 1
+            put(_INDEX_PREFIX[new.state] + pack_u64(max(new.occurred_at, 0)) + name, b"",
+                h_index)
+            moves[new.state] = moves.get(new.state, 0) + 1
+        for state, delta in moves.items():
+            label = _STATE_LABEL[state]
+            counts[label] = counts.get(label, 0) + delta
+
+    def _stage_counts(self, batch: WriteBatch, counts: dict[str, int]) -> dict[str, int]:
+        """Stage the changed counters (a zero count is no key) and the update time."""
+        meta = self._h[METADATA]
+        totals = {label: self.counts.get(label, 0) + delta
+                  for label, delta in counts.items() if delta}
+        for label, total in totals.items():
+            name = COUNT_PREFIX + label.encode("utf-8")
+            if total:
+                batch.put(name, pack_i64(total), meta)
+            else:
+                batch.delete(name, meta)
+        batch.put(CLOCK_PREFIX + b"updated_ms", pack_u64(int(time.time() * 1000)), meta)
+        return totals
+
+    def _reject(self, batch: WriteBatch, counts: dict[str, int], record: Record, key: str,
+                reason: str, detail: str) -> None:
+        logger.debug("rejected %s at %d/%d: %s", key, record.partition, record.offset, detail)
+        batch.put(rejected_key(record.offset),
+                  encode_rejection(record.partition, record.offset, key, reason, detail,
+                                   record.value, record.timestamp_ms), self._h[REJECTED])
+        label = f"rejected:{reason}"
+        counts[label] = counts.get(label, 0) + 1
+
+    def _remember(self, current: dict[str, EffectEvent | None],
+                  accepted: dict[str, Fields]) -> None:
+        """Keep the batch's keys in the LRU, the changed ones as most recent."""
+        cache = self._cache
+        for key, event in current.items():
+            if event is not None and key not in accepted and key not in cache:
+                cache[key] = event
+        for key in accepted:
+            event = current[key]
+            if event is not None:
+                cache[key] = event
+                cache.move_to_end(key)
+        while len(cache) > self.cache_size:
+            cache.popitem(last=False)
+
+
+def _events(decoded: Sequence[Decoded]) -> list[tuple[EffectEvent, Fields] | str]:
+    """(event, fields) per decoded record; a str says why it is undecodable."""
+    items: list[tuple[EffectEvent, Fields] | str] = []
+    append = items.append
+    for entry in decoded:
+        if isinstance(entry, str):
+            append(entry)
+            continue
+        try:
+            append((event_from_fields(entry), entry))
+        except (KeyError, ValueError, TypeError) as exc:
+            append(f"{type(exc).__name__}: {exc}")
+    return items
+
+
+class _KeyMismatch(EffectlogError):
+    """The log record's key is not the event's idempotency key."""
