@@ -59,7 +59,7 @@ def legal_next_states(state: State | None, transition: Transition) -> frozenset[
 
 def check(current: EffectEvent | None, event: EffectEvent) -> None:
     """Raise a :class:`Conflict` subclass if ``event`` may not follow ``current``."""
-    _check_binding(current, event)
+    check_binding(current, event)
     before = current.state if current else None
     allowed = legal_next_states(before, event.transition)
     if event.state not in allowed:
@@ -71,7 +71,9 @@ def check(current: EffectEvent | None, event: EffectEvent) -> None:
     _check_epoch(current, event)
 
 
-def _check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
+def check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
+    """The key matches its operation, kind and target, and (with ``current``) the original
+    payload; a repeated event id is a duplicate delivery."""
     if current is None or event.idempotency_key != current.idempotency_key:
         expected = make_key(event.operation_id, event.kind, event.target)
         if event.idempotency_key != expected:

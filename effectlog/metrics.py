@@ -1,8 +1,9 @@
 """Prometheus metrics of a serving process and the HTTP endpoint exposing them.
 
-Each :class:`Metrics` owns its registry (no global state). Counters are bumped by the
-reconciler as it works; gauges are refreshed from the projection and the log by
-:meth:`Metrics.observe`. :class:`MetricsServer` serves ``/metrics`` and ``/healthz``.
+Each :class:`Metrics` owns its registry (no global state). Counters are bumped by this
+process's reconciler as it works; gauges are refreshed by :meth:`Metrics.observe` from the
+projection (whose counters cover every worker's events and survive restarts) and the log.
+:class:`MetricsServer` serves ``/metrics`` and ``/healthz``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ logger = logging.getLogger(__name__)
 
 #: A health probe: (healthy, details) where details are shown as JSON.
 HealthCheck = Callable[[], tuple[bool, dict[str, object]]]
+
+
+#: Gauge label -> the projection's counter (see projections.partition.event_metrics).
+_PROJECTED = {
+    "attempts": "metric:attempts", "confirmed_effects": "metric:confirmed_effects",
+    "reconciled": "metric:reconciled", "failed": "metric:recorded:failed",
+    "approved_retries": "metric:decisions:retry", "abandoned": "metric:decisions:abandon",
+}
 
 
 class Metrics:
@@ -43,6 +52,10 @@ class Metrics:
                               "by reason.", ["reason"], registry=r)
         self.projector_lag = Gauge("effectlog_projector_lag",
                                    "Events written to the log but not yet projected.", registry=r)
+        self.projected = Gauge("effectlog_projected_events", "Accepted events in the projection, "
+                               "by kind: attempts (dispatches), confirmed_effects, reconciled "
+                               "(recorded from a lookup), failed, approved_retries, abandoned.",
+                               ["kind"], registry=r)
 
     def observe(self, counts: Mapping[str, int], end_offsets: Mapping[int, int],
                 next_offsets: Mapping[int, int]) -> None:
@@ -54,6 +67,8 @@ class Metrics:
                 self.rejected.labels(reason=name.split(":", 1)[1]).set(value)
         self.projector_lag.set(sum(max(0, end - next_offsets.get(p, 0))
                                    for p, end in end_offsets.items()))
+        for kind, label in _PROJECTED.items():
+            self.projected.labels(kind=kind).set(counts.get(label, 0))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -23,8 +23,8 @@ from rocksdict import WriteBatch, WriteOptions
 
 from effectlog.errors import Conflict, EffectlogError
 from effectlog.log.base import Record
-from effectlog.machine import check
-from effectlog.model import EffectEvent, State
+from effectlog.machine import check, check_binding
+from effectlog.model import EffectEvent, State, Transition
 from projections.decoding import Decoded, decode_values
 from projections.fastevent import Fields, event_from_fields
 from projections.rocksdb import (
@@ -61,6 +61,23 @@ _INDEX_PREFIX = {state: index_prefix(state.value) for state in State}
 _STATE_LABEL = {state: f"state:{state.value}" for state in State}
 
 
+def event_metrics(event: EffectEvent) -> tuple[str, ...]:
+    """Counters an accepted event adds to (``metric:`` labels in the metadata family):
+    provider attempts, confirmed effects, reconciliations and decisions, kept apart."""
+    if event.transition is Transition.DISPATCH:
+        return ("metric:attempts",)
+    if event.transition is Transition.RECORD and event.outcome is not None:
+        labels = [f"metric:recorded:{event.state.value.lower()}"]
+        if event.state is State.SUCCEEDED:
+            labels.append("metric:confirmed_effects")
+        if event.outcome.source == "lookup":
+            labels.append("metric:reconciled")
+        return tuple(labels)
+    if event.transition is Transition.APPROVE and event.approval is not None:
+        return (f"metric:decisions:{event.approval.decision.value.lower()}",)
+    return ()
+
+
 def rejection_reason(exc: EffectlogError) -> str:
     """The stored reason of a refused event: the Conflict subclass's ``reason``; the bare
     :class:`Conflict` that ``check`` raises for a repeated event id is a duplicate delivery."""
@@ -84,9 +101,13 @@ class Applied:
 class PartitionWriter:
     """The only writer of one partition's RocksDB; keeps an LRU of hot snapshots."""
 
-    def __init__(self, path: Path, partition: int, cache_size: int = 50_000) -> None:
+    def __init__(self, path: Path, partition: int, cache_size: int = 50_000, *,
+                 trust_first: bool = False) -> None:
         self.path = path
         self.partition = partition
+        # On a compacted log (Kafka) a key's oldest surviving record may be any event: it
+        # carries the full snapshot, so it is taken as the key's starting point.
+        self.trust_first = trust_first
         self.cache_size = cache_size
         self.db = open_partition(path, "write")
         self._cf = {name: self.db.get_column_family(name) for name in COLUMN_FAMILIES}
@@ -137,7 +158,12 @@ class PartitionWriter:
                 if record.key != key:
                     raise _KeyMismatch(f"log key {record.key!r} differs from the event's "
                                        f"idempotency key {key!r}")
-                check(current.get(key), event)
+                prior = current.get(key)
+                if (prior is None and self.trust_first
+                        and event.transition is not Transition.CREATE):
+                    check_binding(None, event)
+                else:
+                    check(prior, event)
             except EffectlogError as exc:
                 reason = KEY_MISMATCH if isinstance(exc, _KeyMismatch) else rejection_reason(exc)
                 self._reject(batch, counts, record, key, reason, str(exc))
@@ -145,6 +171,8 @@ class PartitionWriter:
                 continue
             current[key] = event
             accepted[key] = fields
+            for label in event_metrics(event):
+                counts[label] = counts.get(label, 0) + 1
         self._stage_states(batch, counts, originals, current, accepted)
         next_offset = records[-1].offset + 1
         batch.put(offset_key(self.partition), pack_u64(next_offset), self._h[OFFSETS])

@@ -115,7 +115,8 @@ class Projector:
         generation = layout.ensure_generation(self.state_dir)
         for partition in range(self.log.partitions(EVENTS)):
             path = layout.partition_dir(generation, partition)
-            writer = PartitionWriter(path, partition, self.settings.cache_size)
+            writer = PartitionWriter(path, partition, self.settings.cache_size,
+                                     trust_first=self.log.compacted)
             self._writers[partition] = writer
             self._cursors[partition] = writer.next_offset
         self._generation = generation

@@ -145,11 +145,28 @@ def stats(obj: CliContext, as_json: bool) -> None:
         emit_json(figures)
         return
     _table("effects by state", ["state", "count"], [[k, v] for k, v in figures["states"].items()])
+    _table("metrics", ["metric", "count"], [[k, v] for k, v in figures["metrics"].items()])
     _table("rejected events by reason", ["reason", "count"],
            [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])
     _table("projector lag", ["partition", "log end", "projected", "lag"],
            [[p, figures["end_offsets"][p], figures["next_offsets"].get(p, 0), lag]
             for p, lag in figures["lag"].items()])
+
+
+def effect_metrics(counts: dict[str, int]) -> dict[str, int]:
+    """Attempts, confirmed effects, reconciliations, unresolved UNKNOWN and rejected events,
+    kept apart (the projector counts them from accepted events)."""
+    return {
+        "attempts (dispatches)": counts.get("metric:attempts", 0),
+        "confirmed provider effects": counts.get("metric:confirmed_effects", 0),
+        "failed outcomes": counts.get("metric:recorded:failed", 0),
+        "reconciled by lookup": counts.get("metric:reconciled", 0),
+        "approved retries": counts.get("metric:decisions:retry", 0),
+        "abandoned": counts.get("metric:decisions:abandon", 0),
+        "unresolved UNKNOWN": counts.get("state:UNKNOWN", 0)
+        + counts.get("state:AWAITING_APPROVAL", 0),
+        "rejected events": sum(n for label, n in counts.items() if label.startswith("rejected:")),
+    }
 
 
 def collect_stats(obj: CliContext) -> dict[str, Any]:
@@ -172,6 +189,7 @@ def collect_stats(obj: CliContext) -> dict[str, Any]:
                 if label.startswith("rejected:")}
     return {
         "states": states,
+        "metrics": effect_metrics(counts),
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),
         "end_offsets": {str(p): n for p, n in ends.items()},

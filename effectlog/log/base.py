@@ -51,6 +51,9 @@ class EventLog(ABC):
     url: str
     #: True when :meth:`append_after` is supported (an atomic compare-and-append per key).
     conditional: bool = False
+    #: True when old records of a key may be compacted away (a key's first surviving record
+    #: need not be its CREATE).
+    compacted: bool = False
 
     @abstractmethod
     def partitions(self, topic: str) -> int:

@@ -108,6 +108,8 @@ class KafkaLog(EventLog):
     one producer; each waits only for its own delivery reports. Reads share one consumer.
     """
 
+    compacted = True  # <prefix>.events is a compacted topic
+
     def __init__(self, settings: KafkaSettings, url: str | None = None) -> None:
         self.settings = settings
         self.url = redact_url(url) if url else f"kafka://{settings.bootstrap}?prefix={settings.prefix}"
