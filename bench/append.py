@@ -139,13 +139,13 @@ def _time(fn: Any) -> float:
 
 # -- Kafka --------------------------------------------------------------------------------
 
-def bench_kafka(bootstrap: str, events: int, threads: int) -> dict[str, float]:
+def bench_kafka(bootstrap: str, events: int, threads: int, extra: str = "") -> dict[str, float]:
     from confluent_kafka import Producer
 
     from effectlog.log.kafka import KafkaLog, KafkaSettings
     from effectlog.log.kafka_admin import create_topics
 
-    url = f"kafka://{bootstrap}?prefix=bench{uuid.uuid4().hex[:8]}"
+    url = f"kafka://{bootstrap}?prefix=bench{uuid.uuid4().hex[:8]}{extra}"
     settings = KafkaSettings.from_url(url)
     create_topics(settings)
     cycles = events // 4
@@ -172,6 +172,8 @@ def bench_kafka(bootstrap: str, events: int, threads: int) -> dict[str, float]:
             producer.poll(0)
         producer.flush(60)
 
+    producer.produce(topic, b"warm-up", b"warm-up", on_delivery=report)  # connect first
+    producer.flush(10)
     bare_s = _time(produce_all)
     assert not failures, failures[:3]
     bare_lat = []
@@ -182,6 +184,7 @@ def bench_kafka(bootstrap: str, events: int, threads: int) -> dict[str, float]:
         bare_lat.append(time.perf_counter() - start)
 
     log = KafkaLog.from_url(url)
+    log.append(EVENTS, "warm-up", b"warm-up")  # connect first, as the bare producer did
     batch_s = _time(lambda: log.append_many(EVENTS, records))
     per_thread = max(1, cycles // threads)
     views = [OwnWritesView() for _ in range(threads)]

@@ -84,7 +84,7 @@ class KafkaSettings:
     timeout_s: float = 10.0
     min_compaction_lag_ms: int = 7 * DAY_MS
     commands_retention_ms: int = 7 * DAY_MS
-    linger_ms: int = 2
+    linger_ms: int = 0  # appends are synchronous: send at once, batch what queues meanwhile
     security_protocol: str | None = None
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
