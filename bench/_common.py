@@ -24,7 +24,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 def percentile(samples: list[float], pct: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
 def median(samples: list[float]) -> float:
