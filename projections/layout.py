@@ -9,12 +9,22 @@ opened before keep the old one, which is kept until the next rebuild.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import logging
+
+
+
+def _logger() -> logging.Logger:
+    """This module's logger, imported on first use: read commands that never log skip the
+    cost of importing :mod:`logging`."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 _GEN = ".gen-"
 _NEW = ".new-"
@@ -71,7 +81,7 @@ def swap_in(state_dir: str | os.PathLike[str], built: Path) -> Path:
         aside = _sibling(path, _GEN)
         os.rename(path, aside)
         previous = aside
-        logger.warning("moved the plain projection directory %s to %s", path, aside)
+        _logger().warning("moved the plain projection directory %s to %s", path, aside)
     link = path.with_name(f".{path.name}.link-{os.getpid()}")
     if link.is_symlink():
         link.unlink()
@@ -113,5 +123,5 @@ def _prune(path: Path, keep: set[Path | None]) -> None:
     for marker in (_GEN, _NEW):
         for old in path.parent.glob(f"{path.name}{marker}*"):
             if old.resolve() not in kept and old.is_dir():
-                logger.info("removing old projection generation %s", old)
+                _logger().info("removing old projection generation %s", old)
                 shutil.rmtree(old, ignore_errors=True)

@@ -10,7 +10,6 @@ projector.
 from __future__ import annotations
 
 import heapq
-import logging
 import os
 import time
 from collections.abc import Iterator
@@ -34,10 +33,19 @@ from projections.snapshot import (
 from projections.store import ProjectionReader, Rejection
 
 if TYPE_CHECKING:
+    import logging
+
     from effectlog.log.base import Position
     from effectlog.model import EffectEvent, State
 
-logger = logging.getLogger(__name__)
+
+
+def _logger() -> logging.Logger:
+    """This module's logger, imported on first use: read commands that never log skip the
+    cost of importing :mod:`logging`."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 STATE, INDEX, OFFSETS, REJECTED, METADATA = "state", "index", "offsets", "rejected", "metadata"
 COLUMN_FAMILIES = (STATE, INDEX, OFFSETS, REJECTED, METADATA)
@@ -117,7 +125,7 @@ class _Partition:
         try:
             self.db.try_catch_up_with_primary()
         except Exception as exc:  # rocksdict's only error type
-            logger.debug("secondary catch-up of partition %d failed: %s", self.partition, exc)
+            _logger().debug("secondary catch-up of partition %d failed: %s", self.partition, exc)
 
     def close(self) -> None:
         self.cf.clear()

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 if TYPE_CHECKING:
     from effectlog.log.base import Position
     from effectlog.model import EffectEvent, State
 
 
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """An event the projector refused, kept with why and its raw bytes."""
+class Rejection(NamedTuple):
+    """An event the projector refused, kept with why and its raw bytes.
+
+    (A named tuple rather than a dataclass: readers such as ``get --json`` import this
+    module and should not pay for importing :mod:`dataclasses`.)
+    """
 
     position: Position
     key: str
