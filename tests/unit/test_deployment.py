@@ -165,7 +165,7 @@ def test_dockerfile_installs_the_package_from_pyproject() -> None:
 
 
 def test_dockerfile_runs_the_console_script_as_a_non_root_user() -> None:
-    assert pyproject()["project"]["scripts"]["effectlog"] == "effectlog.cli.main:main"
+    assert pyproject()["project"]["scripts"]["effectlog"] == "effectlog.cli.entry:main"
     assert instructions("ENTRYPOINT") == ['["effectlog"]']
     users = instructions("USER")
     assert users and users[-1] not in ("root", "0")
