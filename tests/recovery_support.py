@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,3 +137,14 @@ class Harness:
     def transitions(self, key: str) -> list[tuple[str, str, int, str]]:
         return [(e.transition.value, e.state.value, e.fencing_epoch, e.worker_id)
                 for e in self.worker.history(key)]
+
+
+def stop_serve(proc: subprocess.Popen[bytes], err_file: Path) -> str:
+    """SIGTERM a running ``effectlog serve`` (SIGKILL after 90 s) and return its stderr."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return err_file.read_text()

@@ -7,7 +7,6 @@ settles each effect with the fake provider.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from effectlog.model import State
 from effectlog.provider import ProviderTimeout
 from effectlog.worker import Worker
 from tests.kafka_broker import free_port
-from tests.recovery_support import Harness, stuck
+from tests.recovery_support import Harness, stop_serve, stuck
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -83,12 +82,6 @@ def test_serve_settles_a_crashed_workers_effect_on_kafka(kafka_url: str, tmp_pat
             assert time.monotonic() < deadline and proc.poll() is None, "not settled in time"
             time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        err = (tmp_path / "serve.err").read_text()
+        err = stop_serve(proc, tmp_path / "serve.err")
     assert proc.returncode == 0, err[-3000:]
     assert FakeProvider(tmp_path / "provider.db").executions(key) == 1

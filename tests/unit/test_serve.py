@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from effectlog.log import open_log
 from effectlog.model import State
 from effectlog.worker import Worker
 from tests.kafka_broker import free_port
-from tests.recovery_support import stuck
+from tests.recovery_support import stop_serve, stuck
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,13 +75,7 @@ def test_serve_settles_effects_exposes_metrics_and_stops_on_sigterm(tmp_path: Pa
             assert name in text
         assert get(base + "/nowhere")[0] == 404
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        err = (tmp_path / "serve.err").read_text()
+        err = stop_serve(proc, tmp_path / "serve.err")
     assert proc.returncode == 0, err[-3000:]
     assert "stopped" in err
     with pytest.raises(OSError):
