@@ -193,7 +193,7 @@ class Reconciler:
                 and current.worker_id == self.worker.worker_id:
             return current.state
         event = advance(current, Transition.CLAIM, self.worker.worker_id, error=reason)
-        return self.worker._append(current, event).state
+        return self.worker.write(event).state
 
     def _lookup(self, key: str) -> LookupResult:
         try:

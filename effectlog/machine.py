@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, PayloadMismatch
-from effectlog.keys import canonical_payload, make_key, payload_hash
+from effectlog.keys import canonical_payload, make_key
 from effectlog.model import (
     Approval,
     Decision,
@@ -157,6 +157,7 @@ def new_effect(operation_id: str, kind: str, target: str, payload: Any, worker_i
     """The create event of a new effect; the canonical payload travels unless a ref is given."""
     key = make_key(operation_id, kind, target)
     body = canonical_payload(payload)
+    digest = payload_hash_of_bytes(body)
     if payload_ref is None and len(body) > max_payload_bytes:
         raise InvalidInput(f"payload is {len(body)} bytes, over the {max_payload_bytes}-byte "
                            "limit: pass a payload_ref instead")
@@ -165,7 +166,7 @@ def new_effect(operation_id: str, kind: str, target: str, payload: Any, worker_i
     stamp = now_ms()
     event = EffectEvent(
         idempotency_key=key, operation_id=operation_id, kind=kind, target=target,
-        payload_hash=payload_hash(payload), transition=T.CREATE, state=S.CREATED,
+        payload_hash=digest, transition=T.CREATE, state=S.CREATED,
         fencing_epoch=0, worker_id=worker_id, attempt=0, created_at=stamp, occurred_at=stamp,
         payload=None if payload_ref else body, payload_ref=payload_ref,
     )
@@ -184,9 +185,8 @@ def advance(current: EffectEvent, transition: Transition, worker_id: str, *,
         epoch = current.fencing_epoch + 1 if transition in CLAIMING else current.fencing_epoch
     step = 1 if transition is T.DISPATCH else 0
     event = current.next(transition, state, fencing_epoch=epoch, worker_id=worker_id,
-                         attempt=current.attempt + step, outcome=outcome or current.outcome,
-                         error=error, approval=approval or current.approval,
-                         payload_ref=current.payload_ref)
+                         attempt=current.attempt + step, outcome=outcome, error=error,
+                         approval=approval)
     check(current, event)
     return event
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -59,6 +59,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def new_event_id() -> str:
+    """A fresh event id: 128 random bits as 32 hex digits (the shape of a uuid4 hex)."""
+    return os.urandom(16).hex()
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """A recorded provider result; ``source`` is ``worker`` or ``lookup`` (reconciled)."""
@@ -110,16 +115,22 @@ class EffectEvent:
     outcome: Outcome | None = None
     error: str | None = None
     approval: Approval | None = None
-    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    event_id: str = field(default_factory=new_event_id)
 
-    def next(self, transition: Transition, state: State, **changes: Any) -> EffectEvent:
-        """The following event of the same key: payload bytes dropped, new id and time."""
-        base: dict[str, Any] = {
-            "transition": transition, "state": state, "payload": None,
-            "occurred_at": now_ms(), "event_id": uuid.uuid4().hex, "error": None,
-        }
-        base.update(changes)
-        return replace(self, **base)
+    def next(self, transition: Transition, state: State, *, fencing_epoch: int | None = None,
+             worker_id: str | None = None, attempt: int | None = None,
+             outcome: Outcome | None = None, error: str | None = None,
+             approval: Approval | None = None) -> EffectEvent:
+        """The following event of the same key: new id and time, payload bytes dropped.
+
+        Epoch, worker, attempt, outcome and approval carry over unless given; error does not.
+        """
+        return EffectEvent(
+            self.idempotency_key, self.operation_id, self.kind, self.target, self.payload_hash,
+            transition, state, self.fencing_epoch if fencing_epoch is None else fencing_epoch,
+            worker_id or self.worker_id, self.attempt if attempt is None else attempt,
+            self.created_at, now_ms(), None, self.payload_ref, outcome or self.outcome, error,
+            approval or self.approval, new_event_id())
 
     def to_record(self) -> dict[str, Any]:
         """The Avro record dict of this event."""

@@ -6,7 +6,6 @@ never turns a timeout or crash into FAILED: what it cannot confirm becomes UNKNO
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -18,7 +17,14 @@ from typing import Any
 from effectlog.codec import event_codec
 from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, NotFound
 from effectlog.log.base import EVENTS, EventLog, Position
-from effectlog.machine import CLAIMING, DEFAULT_MAX_PAYLOAD_BYTES, advance, check, new_effect
+from effectlog.machine import (
+    CLAIMING,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    advance,
+    check,
+    check_binding,
+    new_effect,
+)
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.provider import ProviderFailed
 from effectlog.view import LogView, StateView, decode_events
@@ -26,6 +32,7 @@ from effectlog.view import LogView, StateView, decode_events
 logger = logging.getLogger(__name__)
 
 T = Transition
+_RACE_RETRIES = 5
 
 
 class EffectInDoubt(Conflict):
@@ -102,25 +109,17 @@ class Worker:
 
         Raises :class:`PayloadMismatch` when the key exists with another payload.
         """
-        event = new_effect(operation_id, kind, target, payload, self.worker_id,
-                           payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
-        key = event.idempotency_key
-        # With compare-and-append, try "no record yet" directly: a key that exists makes the
-        # append fail, and only then is it read (one query fewer for every new effect).
-        existing = None if self._atomic is not None and key not in self._known else self._load(key)
+        event = self._new_effect(operation_id, kind, target, payload, payload_ref)
+        existing = self._existing(event)
         if existing is None:
             try:
-                return self._append(None, event)
+                return self.write(event)
             except (IllegalTransition, Fenced):
                 # Another delivery created the key at the same moment: judge against it.
-                existing = self._load(event.idempotency_key, fresh=True)
+                existing = self._existing(event, fresh=True)
                 if existing is None:
                     raise
-        try:
-            check(existing, event)
-        except IllegalTransition:
-            return existing  # same key, same payload: the original record
-        raise IllegalTransition(f"{event.idempotency_key} already exists")
+        return existing
 
     def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
         """Take ownership with a new fencing epoch (default: current + 1).
@@ -130,12 +129,12 @@ class Worker:
         """
         current = self._require(key)
         transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
-        return self._append(current, advance(current, transition, self.worker_id, epoch=epoch))
+        return self.write(advance(current, transition, self.worker_id, epoch=epoch))
 
     def dispatch(self, key: str, *, epoch: int | None = None) -> EffectEvent:
         """Mark DISPATCHED; returns only when that is durable and accepted."""
         current = self._require(key)
-        return self._append(current, advance(current, T.DISPATCH, self.worker_id,
+        return self.write(advance(current, T.DISPATCH, self.worker_id,
                                              epoch=self._epoch(key, current, epoch)))
 
     def record(self, key: str, status: State | str, result: Any = None, *,
@@ -146,13 +145,13 @@ class Worker:
             raise IllegalTransition(f"an outcome is SUCCEEDED or FAILED, not {state.value}")
         current = self._require(key)
         outcome = Outcome(state, result, source)
-        return self._append(current, advance(current, T.RECORD, self.worker_id, outcome=outcome,
+        return self.write(advance(current, T.RECORD, self.worker_id, outcome=outcome,
                                              epoch=self._epoch(key, current, epoch)))
 
     def unknown(self, key: str, error: str, *, epoch: int | None = None) -> EffectEvent:
         """Mark UNKNOWN: the dispatch may or may not have reached the provider."""
         current = self._require(key)
-        return self._append(current, advance(current, T.UNKNOWN, self.worker_id, error=error,
+        return self.write(advance(current, T.UNKNOWN, self.worker_id, error=error,
                                              epoch=self._epoch(key, current, epoch)))
 
     def await_approval(self, key: str, reason: str, *, epoch: int | None = None) -> EffectEvent:
@@ -160,7 +159,7 @@ class Worker:
         current = self._require(key)
         event = advance(current, T.AWAIT_APPROVAL, self.worker_id, error=reason,
                         epoch=self._epoch(key, current, epoch))
-        return self._append(current, event)
+        return self.write(event)
 
     def approve(self, key: str, decision: Decision | str, by: str, reason: str) -> EffectEvent:
         """Decide on an UNKNOWN effect: RETRY (back to RESERVED) or ABANDON.
@@ -172,7 +171,7 @@ class Worker:
             raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
         current = self._require(key)
         approval = Approval(choice, by, reason)
-        return self._append(current, advance(current, T.APPROVE, self.worker_id,
+        return self.write(advance(current, T.APPROVE, self.worker_id,
                                              approval=approval))
 
     # -- guarded provider call -----------------------------------------------------------
@@ -216,14 +215,58 @@ class Worker:
 
     def _begin(self, operation_id: str, kind: str, target: str, payload: Any,
                payload_ref: str | None) -> EffectCall:
-        current = self.create(operation_id, kind, target, payload, payload_ref=payload_ref)
-        if current.state in (State.SUCCEEDED, State.FAILED, State.ABANDONED):
-            return EffectCall(self, current, payload, done=True)
-        if current.state not in (State.CREATED, State.RESERVED):
-            raise EffectInDoubt(current)
-        self.reserve(current.idempotency_key)
-        dispatched = self.dispatch(current.idempotency_key)
-        return EffectCall(self, dispatched, payload)
+        """Create (or find), claim and dispatch the effect in one atomic, durable append.
+
+        The three events are still three transitions in the log; writing them together
+        makes DISPATCHED durable before the call at the cost of one write, not three.
+        """
+        created = self._new_effect(operation_id, kind, target, payload, payload_ref)
+        for attempt in range(_RACE_RETRIES):
+            existing = self._existing(created, fresh=attempt > 0)
+            head = created if existing is None else existing
+            if head.state in (State.SUCCEEDED, State.FAILED, State.ABANDONED):
+                return EffectCall(self, head, payload, done=True)
+            if head.state not in (State.CREATED, State.RESERVED):
+                raise EffectInDoubt(head)
+            claim = advance(head, T.RESERVE if head.state is State.CREATED else T.CLAIM,
+                            self.worker_id)
+            dispatched = advance(claim, T.DISPATCH, self.worker_id)
+            try:
+                if existing is None:
+                    self.write(created, claim, dispatched)
+                else:
+                    self.write(claim, dispatched)
+            except (IllegalTransition, Fenced):
+                continue  # another writer moved the key in between: judge again
+            return EffectCall(self, dispatched, payload)
+        raise Fenced(f"dispatch of {created.idempotency_key} kept losing to concurrent writers",
+                     "lost_race")
+
+    def write(self, *events: EffectEvent) -> EffectEvent:
+        """Append already-checked events of one key, in order, as one durable append.
+
+        Returns the last one once all are accepted; raises :class:`Fenced` (or the
+        conflict found) when a concurrent writer got there first.
+        """
+        key = events[0].idempotency_key
+        if any(e.idempotency_key != key for e in events):
+            raise InvalidInput("one write carries the events of one key")
+        data = [self._codec.encode(e.to_record()) for e in events]
+        if self._atomic is not None:
+            return self._write_atomic(events, data)
+        if len(data) == 1:
+            positions = [self.log.append(EVENTS, key, data[0])]
+        else:
+            positions = self.log.append_many(EVENTS, [(key, d) for d in data])
+        last = events[-1]
+        if self.verify and not self.view.accepted(last, positions[-1], self.accept_timeout_s):
+            winner = self.view.current(key)
+            owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
+            raise Fenced(f"{last.transition.value} on {key} lost to a concurrent writer{owner}",
+                         "lost_race")
+        for event, position in zip(events, positions, strict=True):
+            self._accepted(event, position)
+        return last
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -256,32 +299,40 @@ class Worker:
             raise NotFound(f"no effect with key {key}")
         return current
 
-    def _append(self, current: EffectEvent | None, event: EffectEvent) -> EffectEvent:
-        data = self._codec.encode(event.to_record())
-        if self._atomic is not None:
-            return self._append_atomic(event, data)
-        position = self.log.append(EVENTS, event.idempotency_key, data)
-        self.last_position = position
-        if self.verify and not self.view.accepted(event, position, self.accept_timeout_s):
-            winner = self.view.current(event.idempotency_key)
-            owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
-            raise Fenced(f"{event.transition.value} on {event.idempotency_key} lost to a "
-                         f"concurrent writer{owner}", "lost_race")
-        self._accepted(event, position)
-        return event
-
-    def _append_atomic(self, event: EffectEvent, data: bytes) -> EffectEvent:
-        key = event.idempotency_key
-        for _ in range(5):
-            position = self.log.append_after(EVENTS, key, data, self._known.get(key, (None, None))[1])
-            if position is not None:
-                self._remember(key, event, position.offset)
-                self._accepted(event, position)
-                return event
+    def _write_atomic(self, events: tuple[EffectEvent, ...], data: list[bytes]) -> EffectEvent:
+        key = events[0].idempotency_key
+        for _ in range(_RACE_RETRIES):
+            positions = self.log.append_after(EVENTS, key, data,
+                                              self._known.get(key, (None, None))[1])
+            if positions is not None:
+                self._remember(key, events[-1], positions[-1].offset)
+                for event, position in zip(events, positions, strict=True):
+                    self._accepted(event, position)
+                return events[-1]
             fresh = self._load(key, fresh=True)  # someone wrote in between: judge again
-            check(fresh, event)
-        raise Fenced(f"{event.transition.value} on {key} kept losing to concurrent writers",
+            check(fresh, events[0])
+        raise Fenced(f"{events[0].transition.value} on {key} kept losing to concurrent writers",
                      "lost_race")
+
+    def _new_effect(self, operation_id: str, kind: str, target: str, payload: Any,
+                    payload_ref: str | None) -> EffectEvent:
+        return new_effect(operation_id, kind, target, payload, self.worker_id,
+                          payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
+
+    def _existing(self, created: EffectEvent, fresh: bool = False) -> EffectEvent | None:
+        """The key's current record if the effect exists (same payload), else None.
+
+        With compare-and-append a key this worker has not seen is not read: appending
+        "no record yet" fails if it exists, and only then is it read (one query fewer).
+        Raises :class:`PayloadMismatch` when the key exists with another payload.
+        """
+        key = created.idempotency_key
+        if not fresh and self._atomic is not None and key not in self._known:
+            return None
+        existing = self._load(key, fresh=fresh)
+        if existing is not None:
+            check_binding(existing, created)
+        return existing
 
     def _accepted(self, event: EffectEvent, position: Position) -> None:
         self.last_position = position
@@ -328,7 +379,6 @@ class EffectCall:
         return self._record(State.FAILED, result)
 
     def _record(self, state: State, result: Any) -> EffectEvent:
-        json.dumps(result)  # fail before writing if the result is not JSON
         event = self._worker.record(self.key, state, result)
         self.outcome = event.outcome
         return event

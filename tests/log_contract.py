@@ -74,3 +74,23 @@ class LogContract:
         value = bytes(range(256)) * 4
         pos = log.append(EVENTS, "agent:bin:k:t", value)
         assert log.read(EVENTS, pos.partition, pos.offset, 1, timeout=5)[0].value == value
+
+    def test_conditional_append_is_all_or_nothing_against_the_keys_last_offset(
+            self, log: EventLog) -> None:
+        if not log.conditional:
+            with pytest.raises(NotImplementedError):
+                log.append_after(EVENTS, "agent:c:k:t", [b"x"], None)
+            return
+        key = "agent:cas:k:t"
+        log.append(EVENTS, "agent:other:k:t", b"noise")  # other keys do not matter
+        first = log.append_after(EVENTS, key, [b"a", b"b", b"c"], None)
+        assert first is not None and len(first) == 3
+        assert [p.offset for p in first] == sorted(p.offset for p in first)
+        assert log.last_offset(EVENTS, key) == first[-1].offset
+        # Stale expectations append nothing: "no record yet", and an older offset.
+        assert log.append_after(EVENTS, key, [b"late"], None) is None
+        assert log.append_after(EVENTS, key, [b"late", b"later"], first[0].offset) is None
+        log.append(EVENTS, "agent:other:k:t", b"more noise")
+        nxt = log.append_after(EVENTS, key, [b"d"], first[-1].offset)
+        assert nxt is not None and nxt[0].offset > first[-1].offset
+        assert [r.value for r in log.read_key(EVENTS, key)] == [b"a", b"b", b"c", b"d"]

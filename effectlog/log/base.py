@@ -67,9 +67,10 @@ class EventLog(ABC):
     def append(self, topic: str, key: str, value: bytes) -> Position:
         """Durably append one record and return its position."""
 
-    def append_after(self, topic: str, key: str, value: bytes,
-                     last_offset: int | None) -> Position | None:
-        """Append only if ``key``'s latest record is at ``last_offset`` (None: no record yet).
+    def append_after(self, topic: str, key: str, values: Sequence[bytes],
+                     last_offset: int | None) -> list[Position] | None:
+        """Durably append ``values`` under ``key``, all or none, only if the key's latest
+        record is at ``last_offset`` (None: no record yet).
 
         Returns None, appending nothing, when another record of the key came in between.
         Only backends with ``conditional = True`` implement it.

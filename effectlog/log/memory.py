@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 from effectlog.log.base import TOPICS, EventLog, Position, Record
 
@@ -17,6 +18,7 @@ class MemoryLog(EventLog):
         self.url = url
         self._records: dict[str, list[Record]] = {topic: [] for topic in TOPICS}
         self._changed = threading.Condition()
+        self._last: dict[tuple[str, str], int] = {}  # (topic, key) -> offset of its latest
 
     def partitions(self, topic: str) -> int:
         return 1
@@ -29,16 +31,20 @@ class MemoryLog(EventLog):
             records = self._records.setdefault(topic, [])
             record = Record(topic, 0, len(records), key, bytes(value), int(time.time() * 1000))
             records.append(record)
+            self._last[(topic, key)] = record.offset
             self._changed.notify_all()
             return record.position
 
-    def append_after(self, topic: str, key: str, value: bytes,
-                     last_offset: int | None) -> Position | None:
+    def append_after(self, topic: str, key: str, values: Sequence[bytes],
+                     last_offset: int | None) -> list[Position] | None:
         with self._changed:
-            mine = [r.offset for r in self._records.setdefault(topic, []) if r.key == key]
-            if (mine[-1] if mine else None) != last_offset:
+            if self._last.get((topic, key)) != last_offset:
                 return None
-            return self.append(topic, key, value)
+            return [self.append(topic, key, value) for value in values]
+
+    def last_offset(self, topic: str, key: str) -> int | None:
+        with self._changed:
+            return self._last.get((topic, key))
 
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:

@@ -63,10 +63,9 @@ class SqliteLog(EventLog):
     def append(self, topic: str, key: str, value: bytes) -> Position:
         return self.append_many(topic, [(key, value)])[0]
 
-    def append_after(self, topic: str, key: str, value: bytes,
-                     last_offset: int | None) -> Position | None:
-        positions = self._append(topic, [(key, value)], (key, last_offset))
-        return None if positions is None else positions[0]
+    def append_after(self, topic: str, key: str, values: Sequence[bytes],
+                     last_offset: int | None) -> list[Position] | None:
+        return self._append(topic, [(key, value) for value in values], (key, last_offset))
 
     def last_offset(self, topic: str, key: str) -> int | None:
         rows = self._query(f"SELECT MAX(rid) FROM {_table(topic)} WHERE key = ?", (key,))
@@ -83,27 +82,52 @@ class SqliteLog(EventLog):
         stamp = int(time.time() * 1000)
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    if condition is not None:
-                        row = self._db.execute(f"SELECT MAX(rid) FROM {table} WHERE key = ?",
-                                               (condition[0],)).fetchone()
-                        last = None if row[0] is None else int(row[0]) - 1
-                        if last != condition[1]:
-                            self._db.execute("ROLLBACK")
-                            return None
-                    rids = [
-                        self._db.execute(f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
-                                         (key, sqlite3.Binary(value), stamp)).lastrowid
-                        for key, value in items
-                    ]
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
+                if len(items) == 1:
+                    rid = self._append_one(table, items[0], stamp, condition)
+                    return None if rid is None else [Position(topic, 0, rid - 1)]
+                rids = self._append_batch(table, items, stamp, condition)
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"sqlite append to {self.path} failed: {exc}") from exc
-        return [Position(topic, 0, int(rid or 0) - 1) for rid in rids]
+        return None if rids is None else [Position(topic, 0, rid - 1) for rid in rids]
+
+    def _append_one(self, table: str, item: tuple[str, bytes], stamp: int,
+                    condition: tuple[str, int | None] | None) -> int | None:
+        """One record in one autocommit statement: its own durable transaction. SQLite
+        takes the write lock before the statement reads, so the condition and the insert
+        are one atomic step."""
+        key, value = item
+        if condition is None:
+            cursor = self._db.execute(f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
+                                      (key, value, stamp))
+        else:
+            expected = None if condition[1] is None else condition[1] + 1
+            cursor = self._db.execute(
+                f"INSERT INTO {table}(key, value, ts) SELECT ?, ?, ? "
+                f"WHERE (SELECT MAX(rid) FROM {table} WHERE key = ?) IS ?",
+                (key, value, stamp, condition[0], expected))
+            if cursor.rowcount != 1:
+                return None
+        return int(cursor.lastrowid or 0)
+
+    def _append_batch(self, table: str, items: Sequence[tuple[str, bytes]], stamp: int,
+                      condition: tuple[str, int | None] | None) -> list[int] | None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if condition is not None:
+                row = self._db.execute(f"SELECT MAX(rid) FROM {table} WHERE key = ?",
+                                       (condition[0],)).fetchone()
+                last = None if row[0] is None else int(row[0]) - 1
+                if last != condition[1]:
+                    self._db.execute("ROLLBACK")
+                    return None
+            rids = [int(self._db.execute(f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
+                                         (key, value, stamp)).lastrowid or 0)
+                    for key, value in items]
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return rids
 
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:

@@ -1,5 +1,9 @@
 """A real worker process for the crash tests: one job through ``Worker.perform``.
 
+``perform`` writes create, reserve and dispatch as one append; to pause between them
+(``after_create``, ``after_reserve``) the job goes through the explicit step API instead,
+one durable write per transition, as a worker written against that API does.
+
 It can pause at one transition boundary (``--pause-at``): it prints a ``paused`` JSON line
 and blocks on stdin, so the test can SIGKILL it there, or SIGSTOP/SIGCONT it and release it
 with a newline. Its last stdout line is a ``done`` JSON line; the exit code says how the job
@@ -27,6 +31,7 @@ from effectlog.worker import EffectCall, EffectInDoubt, Worker
 
 POINTS = ("after_create", "after_reserve", "after_dispatch", "after_provider_call",
           "after_record")
+STEP_POINTS = ("after_create", "after_reserve")  # only the explicit step API stops there
 
 
 def say(**fields: Any) -> None:
@@ -58,11 +63,6 @@ class PausingWorker(Worker):
         self.pause("after_reserve", event)
         return event
 
-    def dispatch(self, key: str, *, epoch: int | None = None) -> EffectEvent:
-        event = super().dispatch(key, epoch=epoch)
-        self.pause("after_dispatch", event)
-        return event
-
     def record(self, key: str, status: State | str, result: Any = None, *,
                source: str = "worker", epoch: int | None = None) -> EffectEvent:
         event = super().record(key, status, result, source=source, epoch=epoch)
@@ -81,17 +81,43 @@ def chain(exc: BaseException) -> list[dict[str, str]]:
     return out
 
 
+def step_by_step(worker: PausingWorker, args: argparse.Namespace, payload: Any,
+                 call_provider: Any) -> Any:
+    """The job through the explicit API: create, reserve, dispatch, call, record."""
+    current = worker.create(args.op, args.kind, args.target, payload)
+    if current.state.terminal:
+        return current.outcome.result if current.outcome else None
+    if current.state not in (State.CREATED, State.RESERVED):
+        raise EffectInDoubt(current)
+    worker.reserve(current.idempotency_key)
+    call = EffectCall(worker, worker.dispatch(current.idempotency_key), payload)
+    try:
+        result = call_provider(call)
+    except ProviderFailed as exc:
+        call.failed(exc.result)
+        raise
+    except BaseException as exc:
+        worker.unknown(call.key, f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    call.succeeded(result)
+    return result
+
+
 def run(worker: PausingWorker, provider: Provider, args: argparse.Namespace) -> int:
     payload = json.loads(args.payload)
 
     def call_provider(call: EffectCall) -> Any:
+        worker.pause("after_dispatch", call.event)  # DISPATCHED is durable, nothing sent yet
         result = provider.execute(call.event.target, call.payload_hash, call.key,
                                   call.fencing_epoch, call.payload)
         worker.pause("after_provider_call", call.event)
         return result
 
     try:
-        result = worker.perform(args.op, args.kind, args.target, payload, call_provider)
+        if worker.pause_at in STEP_POINTS:
+            result = step_by_step(worker, args, payload, call_provider)
+        else:
+            result = worker.perform(args.op, args.kind, args.target, payload, call_provider)
     except ProviderFailed as exc:
         say(event="done", status="failed", result=exc.result)
         return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -80,7 +82,8 @@ def test_payload_mismatch_under_one_key_is_rejected() -> None:
 
 def test_key_that_does_not_match_its_fields_is_rejected() -> None:
     event = new_effect("op-1", "email.send", "t", {}, "w1")
-    forged = event.next(T.RESERVE, S.RESERVED, fencing_epoch=1, idempotency_key="agent:op-1:email.send:u")
+    forged = replace(event.next(T.RESERVE, S.RESERVED, fencing_epoch=1),
+                     idempotency_key="agent:op-1:email.send:u")
     with pytest.raises(PayloadMismatch):
         check(event, forged)
 

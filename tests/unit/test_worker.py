@@ -157,9 +157,9 @@ def test_concurrent_claims_have_exactly_one_winner(tmp_path: Path) -> None:
     assert current is not None
     first = advance(current, Transition.CLAIM, "a")
     second = advance(current, Transition.CLAIM, "b")
-    a._append(current, first)
+    a.write(first)
     with pytest.raises(Fenced):
-        b._append(current, second)
+        b.write(second)
     assert a.get(key).worker_id == "a"  # type: ignore[union-attr]
 
 
@@ -176,3 +176,69 @@ def test_simultaneous_creates_of_one_key_both_get_the_original(tmp_path: Path) -
     b._known[key] = (None, None)
     with pytest.raises(PayloadMismatch):
         b.create("op-12", KIND, TARGET, {"n": 2})
+
+
+class CountingLog:
+    """Wraps a log and counts the durable appends (commits) made through it."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.inner, self.appends = log, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name in ("append", "append_many", "append_after"):
+            def counted(*args: Any) -> Any:
+                self.appends += 1
+                return attr(*args)
+            return counted
+        return attr
+
+
+def test_perform_writes_create_reserve_and_dispatch_as_one_append(log: EventLog) -> None:
+    counting = CountingLog(log)
+    worker = Worker(counting, "w1")  # type: ignore[arg-type]
+    seen: list[State] = []
+
+    def send(call: Any) -> str:
+        seen.append(worker.get(call.key).state)  # type: ignore[union-attr]
+        return "ok"
+
+    worker.perform("op-20", KIND, TARGET, {"n": 1}, send)
+    assert seen == [State.DISPATCHED]  # durable and accepted before the call
+    assert counting.appends == 2  # create+reserve+dispatch, then record
+    events = worker.history("agent:op-20:email.send:mailto:a@example.com")
+    assert [(e.transition, e.fencing_epoch, e.attempt) for e in events] == [
+        (Transition.CREATE, 0, 0), (Transition.RESERVE, 1, 0), (Transition.DISPATCH, 1, 1),
+        (Transition.RECORD, 1, 1)]
+
+
+def test_perform_that_loses_the_create_race_judges_against_the_winner(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/log.db"
+    a, b = Worker(open_log(url), "a"), Worker(open_log(url), "b")
+    key = "agent:op-21:email.send:mailto:a@example.com"
+    calls: list[str] = []
+    a.create("op-21", KIND, TARGET, {"n": 1})
+    b._known[key] = (None, None)  # b believes the key is new: its three-event append loses
+    assert b.perform("op-21", KIND, TARGET, {"n": 1}, lambda c: calls.append(c.key)) is None
+    assert calls == [key]
+    events = open_log(url).read_key(EVENTS, key)
+    assert len(events) == 4  # a's CREATE, then b's RESERVE, DISPATCH and RECORD only
+    assert b.get(key).state is State.SUCCEEDED  # type: ignore[union-attr]
+
+    b._known[key] = (None, None)  # a finished effect: the recorded result, no second call
+    assert b.perform("op-21", KIND, TARGET, {"n": 1}, lambda c: calls.append(c.key)) is None
+    assert calls == [key]
+    b._known[key] = (None, None)
+    with pytest.raises(PayloadMismatch):
+        b.perform("op-21", KIND, TARGET, {"n": 2}, lambda c: calls.append(c.key))
+    assert len(open_log(url).read_key(EVENTS, key)) == 4 and calls == [key]
+
+
+def test_perform_takes_over_a_key_left_reserved_by_a_dead_worker(log: EventLog) -> None:
+    dead = Worker(log, "dead")
+    dead.create("op-22", KIND, TARGET, {})
+    key = "agent:op-22:email.send:mailto:a@example.com"
+    dead.reserve(key)
+    assert Worker(log, "next").perform("op-22", KIND, TARGET, {}, lambda c: c.fencing_epoch) == 2
+    assert [e.transition for e in dead.history(key)][-3:] == [
+        Transition.CLAIM, Transition.DISPATCH, Transition.RECORD]
