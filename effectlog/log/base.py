@@ -10,15 +10,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 EVENTS = "events"
 COMMANDS = "commands"
 TOPICS = (EVENTS, COMMANDS)
 
 
-@dataclass(frozen=True, slots=True)
-class Position:
-    """Where a record sits in the log: topic, partition and offset."""
+class Position(NamedTuple):
+    """Where a record sits in the log: topic, partition and offset (a named tuple: one is
+    made per appended record, so it must be cheap)."""
 
     topic: str
     partition: int

@@ -10,6 +10,7 @@ needs no broker.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -46,19 +47,24 @@ def _error_text(exc: BaseException | KafkaError) -> str:
 
 
 class _Delivery:
-    """Collects the delivery reports of one append call; ``done`` is set after the last one."""
+    """Collects the delivery reports of one append call; ``wait`` returns after the last.
 
-    __slots__ = ("_left", "_lock", "done", "errors", "positions", "topic")
+    Reports arrive on the producer's poll thread (or a thread polling while the queue is
+    full); ``itertools.count`` is an atomic counter under the GIL, and a plain lock, held
+    until the last report, is the cheapest latch to wait on.
+    """
+
+    __slots__ = ("_latch", "_reported", "_total", "errors", "positions", "topic")
 
     def __init__(self, topic: str, count: int) -> None:
         self.topic = topic
         self.positions: list[Position | None] = [None] * count
         self.errors: list[KafkaError] = []
-        self._left = count
-        self._lock = threading.Lock()
-        self.done = threading.Event()
-        if count == 0:
-            self.done.set()
+        self._total = count
+        self._reported = itertools.count(1)
+        self._latch = threading.Lock()
+        if count:
+            self._latch.acquire()
 
     def report(self, index: int, err: KafkaError | None, msg: Message) -> None:
         partition, offset = msg.partition(), msg.offset()
@@ -66,10 +72,14 @@ class _Delivery:
             self.positions[index] = Position(self.topic, partition, offset)
         else:
             self.errors.append(err or KafkaError(KafkaError._FAIL, "delivery report without offset"))
-        with self._lock:
-            self._left -= 1
-            if self._left == 0:
-                self.done.set()
+        if next(self._reported) == self._total:
+            self._latch.release()
+
+    def wait(self, timeout: float) -> bool:
+        """True once every report arrived; False after ``timeout`` seconds."""
+        if not self._total:
+            return True
+        return self._latch.acquire(timeout=timeout)
 
 
 class _PolledProducer:
@@ -265,7 +275,7 @@ class KafkaLog(EventLog):
                     handle.producer.poll(0.05)
                 except KafkaException as exc:
                     raise self._delivery_error(handle, name, [exc.args[0]], len(items)) from None
-        if not delivery.done.wait(budget + _REPORT_SLACK_S):
+        if not delivery.wait(budget + _REPORT_SLACK_S):
             handle.stale = True
             raise self._unavailable(f"no delivery report for {name} within {budget}s; "
                                     "the append may or may not be durable")

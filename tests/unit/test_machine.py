@@ -203,3 +203,22 @@ class EffectMachine(RuleBasedStateMachine):
 
 EffectMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestEffectMachine = EffectMachine.TestCase
+
+
+def test_event_ids_are_unique_and_a_forked_child_draws_its_own_prefix() -> None:
+    import os
+
+    from effectlog.model import new_event_id
+
+    ids = {new_event_id() for _ in range(10_000)}
+    assert len(ids) == 10_000 and all(len(i) == 32 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, new_event_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert child[:16] != next(iter(ids))[:16] and child not in ids
