@@ -170,8 +170,7 @@ def new_effect(operation_id: str, kind: str, target: str, payload: Any, worker_i
         fencing_epoch=0, worker_id=worker_id, attempt=0, created_at=stamp, occurred_at=stamp,
         payload=None if payload_ref else body, payload_ref=payload_ref,
     )
-    check(None, event)
-    return event
+    return event  # legal by construction: check(None, event) passes (pinned by a test)
 
 
 def advance(current: EffectEvent, transition: Transition, worker_id: str, *,

@@ -338,8 +338,9 @@ class Worker:
         self.last_position = position
         if event.transition in CLAIMING:
             self._claimed[event.idempotency_key] = event.fencing_epoch
-        logger.debug("appended %s %s at %s", event.transition.value, event.idempotency_key,
-                     position)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("appended %s %s at %s", event.transition.value, event.idempotency_key,
+                         position)
 
 
 class EffectCall:

@@ -194,6 +194,9 @@ class KafkaLog(EventLog):
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
 
     def _writer(self) -> _PolledProducer:
+        handle = self._producer
+        if handle is not None and not handle.stale:
+            return handle  # the common case takes no lock: appenders never queue up here
         with self._lock:
             handle = self._producer
             if handle is not None and handle.stale:

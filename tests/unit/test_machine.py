@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -222,3 +222,15 @@ def test_event_ids_are_unique_and_a_forked_child_draws_its_own_prefix() -> None:
     os.close(read)
     os.close(write)
     assert child[:16] != next(iter(ids))[:16] and child not in ids
+
+
+@settings(max_examples=50)
+@given(payload=st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=8),
+                               max_size=4),
+       ref=st.none() | st.just("vault://payloads/1"))
+def test_new_effect_is_a_legal_create(payload: dict[str, object], ref: str | None) -> None:
+    event = new_effect("op-9", "email.send", "mailto:a@example.com", payload, "w1",
+                       payload_ref=ref)
+    check(None, event)  # new_effect skips this on the hot path: it must always pass
+    assert (event.transition, event.state, event.fencing_epoch, event.attempt) == (
+        T.CREATE, S.CREATED, 0, 0)
