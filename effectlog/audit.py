@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -22,6 +21,7 @@ from typing import IO, Any
 import fastavro
 
 from effectlog.codec import EVENT_SCHEMA, event_codec, load_schema_text
+from effectlog.durations import DURATION, parse_duration_ms
 from effectlog.errors import CodecError, Conflict, InvalidInput
 from effectlog.keys import make_key, validate_key
 from effectlog.log.base import EVENTS, EventLog, Position, Record
@@ -30,20 +30,8 @@ from effectlog.model import EffectEvent, Transition, now_ms
 
 logger = logging.getLogger(__name__)
 
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
-             "w": 7 * 86_400_000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _PROGRESS_EVERY = 500
 MAX_LISTED = 10_000
-
-
-def parse_duration_ms(text: str) -> int:
-    """``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``1h30m`` -> milliseconds."""
-    spec = text.strip().lower()
-    parts = _DURATION.findall(spec)
-    if not spec or "".join(n + u for n, u in parts) != spec:
-        raise InvalidInput(f"invalid duration {text!r}: use e.g. 90s, 15m, 2h, 1d, 1h30m")
-    return sum(int(n) * _UNITS_MS[u] for n, u in parts)
 
 
 def parse_time(text: str, now: int | None = None) -> int:
@@ -52,7 +40,7 @@ def parse_time(text: str, now: int | None = None) -> int:
     spec = text.strip()
     if spec.isdigit():
         return int(spec)
-    if _DURATION.match(spec.lower()):
+    if DURATION.match(spec.lower()):
         return (now_ms() if now is None else now) - parse_duration_ms(spec)
     try:
         moment = datetime.fromisoformat(spec)

@@ -7,7 +7,6 @@ model nor rich, and prints the snapshot straight from its stored JSON form.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -20,18 +19,16 @@ if TYPE_CHECKING:
 
 STATES = ("CREATED", "RESERVED", "DISPATCHED", "UNKNOWN", "AWAITING_APPROVAL", "SUCCEEDED",
           "FAILED", "ABANDONED")
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 
 
-def parse_duration_ms(text: str) -> int:
-    """``30s``, ``5m``, ``2h``, ``1d``, ``1h30m`` -> milliseconds; click usage error otherwise."""
-    spec = text.strip().lower()
-    parts = _DURATION.findall(spec)
-    if not spec or "".join(n + u for n, u in parts) != spec:
-        raise click.BadParameter(f"invalid duration {text!r}: use e.g. 30s, 5m, 2h, 1d, 1h30m",
-                                 param_hint="--older-than")
-    return sum(int(n) * _UNITS_MS[u] for n, u in parts)
+def _older_than_ms(text: str) -> int:
+    from effectlog.durations import parse_duration_ms
+    from effectlog.errors import InvalidInput
+
+    try:
+        return parse_duration_ms(text)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
 
 
 def _reader(obj: CliContext, families: tuple[str, ...] | None = None) -> RocksProjectionReader:
@@ -108,7 +105,7 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
                  as_json: bool) -> None:
     """List effects by state and age, oldest first: a range scan over the state/time index."""
     now = int(time.time() * 1000)
-    cutoff = now - parse_duration_ms(older_than) if older_than is not None else None
+    cutoff = now - _older_than_ms(older_than) if older_than is not None else None
     states = [state.upper()] if state else list(STATES)
     reader = _reader(obj, ("state", "index"))
     try:

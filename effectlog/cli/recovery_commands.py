@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def _seconds(text: str) -> float:
-    from effectlog.audit import parse_duration_ms
+    from effectlog.durations import parse_duration_ms
 
     return parse_duration_ms(text) / 1000
 
