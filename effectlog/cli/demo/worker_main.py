@@ -28,29 +28,13 @@ from effectlog.worker import EffectCall, EffectInDoubt, Worker
 
 
 class CrashingWorker(Worker):
-    """A Worker that kills its own process right after the transition named ``crash_at``."""
+    """A Worker that kills its own process at the boundary named ``crash_at``."""
 
     crash_at: str | None = None
 
     def crash_if(self, point: str) -> None:
         if point == self.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
-
-    def create(self, operation_id: str, kind: str, target: str, payload: Any, *,
-               payload_ref: str | None = None) -> EffectEvent:
-        event = super().create(operation_id, kind, target, payload, payload_ref=payload_ref)
-        self.crash_if("after_create")
-        return event
-
-    def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
-        event = super().reserve(key, epoch=epoch)
-        self.crash_if("after_reserve")
-        return event
-
-    def dispatch(self, key: str, *, epoch: int | None = None) -> EffectEvent:
-        event = super().dispatch(key, epoch=epoch)
-        self.crash_if("after_dispatch")
-        return event
 
     def record(self, key: str, status: State | str, result: Any = None, *,
                source: str = "worker", epoch: int | None = None) -> EffectEvent:
@@ -62,8 +46,10 @@ class CrashingWorker(Worker):
 def run_job(worker: CrashingWorker, provider: Provider, job: dict[str, Any]) -> dict[str, Any]:
     """Perform one delivery of a job; the reply for the queue."""
     worker.crash_at = job.get("crash")
+    worker.crash_if("before_dispatch")  # the job was delivered; nothing is written yet
 
     def call(effect: EffectCall) -> Any:
+        worker.crash_if("after_dispatch")  # DISPATCHED is durable; nothing is sent yet
         result = provider.execute(effect.event.target, effect.payload_hash, effect.key,
                                   effect.fencing_epoch, effect.payload)
         if job.get("slow_s"):

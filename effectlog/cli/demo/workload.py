@@ -12,14 +12,14 @@ from typing import Any
 
 from effectlog.keys import make_key
 
-#: Transition boundaries a delivery can be killed at, in the order a worker passes them.
-CRASH_POINTS = ("after_create", "after_reserve", "after_dispatch", "after_provider_call",
-                "after_record")
+#: The boundaries ``Worker.perform`` passes, where a delivery can be killed: before its first
+#: write, after the one durable CREATE+RESERVE+DISPATCH append (nothing sent yet), after the
+#: provider answered (nothing recorded yet), after RECORD.
+CRASH_POINTS = ("before_dispatch", "after_dispatch", "after_provider_call", "after_record")
 #: The same instants for a worker without effectlog: before the call, or after it returned
 #: but before the job was acknowledged.
-NAIVE_POINT = {"after_create": "before_call", "after_reserve": "before_call",
-               "after_dispatch": "before_call", "after_provider_call": "after_call",
-               "after_record": "after_call"}
+NAIVE_POINT = {"before_dispatch": "before_call", "after_dispatch": "before_call",
+               "after_provider_call": "after_call", "after_record": "after_call"}
 KINDS = ("email.send", "payment.charge", "ticket.create", "browser.click", "deploy.release")
 _KIND_WEIGHTS = (35, 20, 20, 15, 10)
 PERSISTENT_OUTAGE = 1_000_000  # lookups: the provider never answers during the demo
