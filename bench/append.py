@@ -218,14 +218,14 @@ def bench_kafka(bootstrap: str, events: int, thread_counts: tuple[int, ...],
             bare.produce_durably(topic, mine[i + 3:i + 4])
 
     runs: dict[str, list[float]] = {"bare": [], "batch": []}
-    worker_events: dict[int, int] = {}
+    per_threads = {threads: max(1, min(events // 4, 4000) // threads) for threads in thread_counts}
+    worker_records = {threads: cycle_records(n * threads) for threads, n in per_threads.items()}
+    worker_events = {threads: len(recs) for threads, recs in worker_records.items()}
     for _ in range(rounds):
         runs["bare"].append(timed(lambda: bare.produce_all(topic, records)))
         runs["batch"].append(timed(lambda: log.append_many(EVENTS, records)))
         for threads in thread_counts:
-            per_thread = max(1, min(events // 4, 4000) // threads)
-            worker_events[threads] = per_thread * threads * 4
-            mine = cycle_records(per_thread * threads)
+            per_thread, mine = per_threads[threads], worker_records[threads]
             runs.setdefault(f"bare_workers{threads}", []).append(threaded(
                 threads, lambda t, n=per_thread, m=mine: bare_workers(m[t * n * 4:(t + 1) * n * 4])))
             runs.setdefault(f"workers{threads}", []).append(threaded(
