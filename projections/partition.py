@@ -129,6 +129,16 @@ class PartitionWriter:
         finally:
             self.db.close()
 
+    def skip_to(self, next_offset: int) -> None:
+        """Move the stored offset over offsets that hold no records (Kafka's transaction
+        markers, compacted tails), so "applied up to the log end" can be true."""
+        if next_offset <= self.next_offset:
+            return
+        batch = WriteBatch(raw_mode=True)
+        batch.put(offset_key(self.partition), pack_u64(next_offset), self._h[OFFSETS])
+        self.db.write(batch, self._write_opts)
+        self.next_offset = next_offset
+
     def apply(self, records: Sequence[Record], decoded: Sequence[Decoded] | None = None) -> Applied:
         """Judge and commit ``records`` (consecutive, from this partition) in one WriteBatch.
 
