@@ -287,8 +287,8 @@ class _Plan:
         worker = active.worker if active is not None else None
         if worker is not None and not isinstance(worker, kind):
             form = "async def" if kind is AsyncWorker else "a plain def"
-            raise TypeError(f"{self.name} is {form}: it needs a run with an {kind.__name__} "
-                            f"(this run has a {type(worker).__name__})")
+            raise TypeError(f"{self.name} is {form}: its run's worker must be "
+                            f"{kind.__name__}(...), not {type(worker).__name__}(...)")
         return worker
 
 
