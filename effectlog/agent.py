@@ -30,7 +30,7 @@ from effectlog.log.base import EventLog
 from effectlog.model import EffectEvent, State
 from effectlog.provider import ProviderFailed
 from effectlog.worker import AsyncWorker, EffectInDoubt, Worker
-from effectlog.worker.core import CallBase
+from effectlog.worker.base import CallBase
 
 F = TypeVar("F", bound=Callable[..., Any])
 ArgsTo = Callable[..., str]
@@ -73,7 +73,11 @@ class Run:
     """
 
     def __init__(self, run_id: str, *, worker: Worker | AsyncWorker | None = None) -> None:
-        validate_operation_id(f"{run_id}.1")
+        try:
+            validate_operation_id(f"{run_id}.1")
+        except InvalidInput:
+            raise InvalidInput(f"invalid run id {run_id!r}: use [A-Za-z0-9._-], at most 120 "
+                               "characters, starting with a letter or digit") from None
         self.name = self.run_id = run_id
         self.worker = worker
         self._given = worker

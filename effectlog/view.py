@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from concurrent.futures import Executor
-from typing import Protocol
+from typing import Protocol, cast
 
 from effectlog.codec import event_codec
 from effectlog.errors import CodecError
@@ -61,9 +61,12 @@ class ThreadedView:
                                           timeout)
 
 
-def is_async_view(view: object) -> bool:
-    """Whether ``view`` answers with coroutines (an :class:`AsyncStateView`)."""
-    return inspect.iscoroutinefunction(getattr(view, "current", None))
+def as_async_view(view: StateView | AsyncStateView,
+                  executor: Executor | None = None) -> AsyncStateView:
+    """``view`` itself when it answers with coroutines, else a :class:`ThreadedView` of it."""
+    if inspect.iscoroutinefunction(getattr(view, "current", None)):
+        return cast(AsyncStateView, view)
+    return ThreadedView(cast(StateView, view), executor)
 
 
 def decode_events(log: EventLog, key: str, records: list[Record] | None = None

@@ -18,19 +18,15 @@ from effectlog.log.base import EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
-from effectlog.view import AsyncStateView, LogView, StateView, ThreadedView, decode_events, is_async_view
+from effectlog.view import AsyncStateView, LogView, StateView, as_async_view, decode_events
+from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
 from effectlog.worker.core import (
-    UNRECORDED,
     Accepted,
-    CallBase,
     Current,
     Request,
     Steps,
-    WorkerBase,
     WorkerCore,
     default_worker_id,
-    failed_result,
-    unknown_reason,
 )
 from effectlog.worker.sync import answer_log
 
@@ -55,13 +51,8 @@ class AsyncWorker(WorkerBase):
         self.log = log
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="effectlog-aio")
         self._log_view = LogView(log)
-        self.view: AsyncStateView
-        if view is None:
-            self.view = ThreadedView(self._log_view, self._pool)
-        elif is_async_view(view):
-            self.view = view  # type: ignore[assignment]
-        else:
-            self.view = ThreadedView(view, self._pool)  # type: ignore[arg-type]
+        self.view: AsyncStateView = as_async_view(
+            self._log_view if view is None else view, self._pool)
         self._core = WorkerCore(worker_id or default_worker_id(),
                                 atomic=view is None and log.conditional, verify=verify,
                                 max_payload_bytes=max_payload_bytes,

@@ -11,21 +11,17 @@ from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
 from effectlog.view import LogView, StateView, decode_events
+from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
 from effectlog.worker.core import (
-    UNRECORDED,
     Accepted,
     Append,
     AppendAfter,
-    CallBase,
     Current,
     CurrentAt,
     Request,
     Steps,
-    WorkerBase,
     WorkerCore,
     default_worker_id,
-    failed_result,
-    unknown_reason,
 )
 
 R = TypeVar("R")
