@@ -19,6 +19,7 @@ from effectlog.model import EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed, ProviderTimeout
 from effectlog.view import LogView
 from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt, Worker
+from effectlog.worker.aio import Pacer
 
 KIND, TARGET = "email.send", "mailto:a@example.com"
 R = TypeVar("R")
@@ -346,3 +347,24 @@ def test_approval_flow_through_the_single_transitions(log: EventLog) -> None:
 
     done = run(main)
     assert done.state is State.SUCCEEDED and done.fencing_epoch == 2
+
+
+def test_a_worker_that_used_its_slice_of_the_loop_lets_other_tasks_run_first() -> None:
+    async def main() -> list[str]:
+        pacer = Pacer(budget=0.001)
+        order: list[str] = []
+        await pacer.turn()
+        order.append("within budget")  # no yield needed
+        pacer.used = 0.002  # core steps used more than the budget in this iteration
+
+        async def other() -> None:
+            order.append("other task")
+
+        other_task = asyncio.ensure_future(other())
+        await pacer.turn()
+        order.append("after yielding")
+        await other_task
+        assert pacer.used == 0.0  # a fresh budget for the next iteration
+        return order
+
+    assert run(main) == ["within budget", "other task", "after yielding"]
