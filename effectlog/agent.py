@@ -18,6 +18,7 @@ import functools
 import inspect
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -82,13 +83,15 @@ class Run:
         self.worker = worker
         self._given = worker
         self._counts: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
         self._token: Token[Run | None] | None = None
         self._log: EventLog | None = None
 
     def next_operation_id(self, kind: str, target: str) -> str:
         """``{run_id}.{n}`` for the n-th call of ``kind`` on ``target`` in this run."""
-        n = self._counts.get((kind, target), 0) + 1
-        self._counts[(kind, target)] = n
+        with self._lock:  # threads started with asyncio.to_thread share the run
+            n = self._counts.get((kind, target), 0) + 1
+            self._counts[(kind, target)] = n
         return validate_operation_id(f"{self.run_id}.{n}")
 
     def __enter__(self) -> Run:
