@@ -27,12 +27,14 @@ from effectlog.machine import (
 )
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.provider import ProviderFailed
+from effectlog.text import check_free_text
 from effectlog.view import LogView, StateView, decode_events
 
 logger = logging.getLogger(__name__)
 
 T = Transition
 _RACE_RETRIES = 5
+MAX_WORKER_ID = 200
 
 
 class EffectInDoubt(Conflict):
@@ -71,7 +73,8 @@ class Worker:
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  accept_timeout_s: float = 10.0) -> None:
         self.log = log
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = check_free_text("worker_id", worker_id or default_worker_id(),
+                                         max_chars=MAX_WORKER_ID)
         # Against its own log view on a backend with compare-and-append, each event is
         # appended only if the key's last record is still the one it was checked against:
         # accepted by construction, no read-back needed.
@@ -169,6 +172,8 @@ class Worker:
         choice = Decision(decision.upper()) if isinstance(decision, str) else decision
         if not by.strip() or not reason.strip():
             raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
+        check_free_text("--by", by, max_chars=MAX_WORKER_ID)
+        check_free_text("--reason", reason)
         current = self._require(key)
         approval = Approval(choice, by, reason)
         return self.write(advance(current, T.APPROVE, self.worker_id,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import NoReturn
 
 import click
 
@@ -100,14 +100,14 @@ def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_js
         # librdkafka repeats connection failures many times a second; the command itself
         # reports the failure once, as a one-line error with exit code 4.
         logging.getLogger("effectlog.log.kafka.librdkafka").setLevel(logging.CRITICAL)
-    ctx.obj = CliContext(log_url=log_url, state_dir=state_dir)
+    ctx.obj = CliContext.checked(log_url, state_dir)
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point: run the CLI and map errors to exit codes."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry point: run the CLI, map errors to exit codes, exit."""
     from effectlog.cli.context import run_guarded
 
-    return run_guarded(cli, argv)
+    run_guarded(cli, argv)
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
         raise click.UsageError(str(exc)) from None
     if fmt == "avro" and out == "-" and sys.stdout.isatty():
         raise click.UsageError("refusing to write Avro to a terminal: use --out FILE or a pipe")
-    log = obj.open_log()
+    log = obj.open_log(against_state=False)
     try:
         with _progress(sys.stderr.isatty()) as (advance, set_total):
             run = Replay(log, selection, progress=advance)
