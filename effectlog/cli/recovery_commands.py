@@ -144,12 +144,12 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     from consumers.providers import load_provider
     from consumers.reconciler import Reconciler, ReconcilerSettings
 
-    provider = load_provider(provider_spec)
     policy = approval_policy(auto_retry, allow_risky)
     settings = ReconcilerSettings(policy=policy) if worker_id is None else \
         ReconcilerSettings(worker_id=worker_id, policy=policy)
-    log = obj.open_log()
+    log = obj.open_log()  # refused before the provider (a file, for fake://) is touched
     log.verify()
+    provider = load_provider(provider_spec)
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
     reconciler = Reconciler(log, provider, offsets, settings)
     try:
