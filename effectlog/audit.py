@@ -27,7 +27,7 @@ from effectlog.keys import make_key, validate_key
 from effectlog.log.base import EVENTS, EventLog, Position, Record
 from effectlog.machine import check
 from effectlog.model import EffectEvent, Transition, now_ms
-from effectlog.text import shorten
+from effectlog.text import json_printable, shorten
 
 logger = logging.getLogger(__name__)
 
@@ -317,8 +317,9 @@ def write_jsonl(items: Iterator[ReplayItem], out: IO[str]) -> int:
     """Write one JSON object per record; returns how many were written."""
     count = 0
     for item in items:
-        out.write(json.dumps(item_json(item), sort_keys=True, separators=(",", ":"),
-                             ensure_ascii=False, default=str))
+        out.write(json_printable(json.dumps(item_json(item), sort_keys=True,
+                                            separators=(",", ":"), ensure_ascii=False,
+                                            default=str)))
         out.write("\n")
         count += 1
     out.flush()

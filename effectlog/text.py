@@ -29,6 +29,26 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+def json_printable(document: str) -> str:
+    """A JSON text with every non-printable character written as a ``\\uXXXX`` escape
+    (surrogate pairs beyond the BMP): the same JSON value, safe to show on a terminal,
+    while printable non-ASCII text (é, 中) stays readable."""
+    if document.isprintable():
+        return document
+    out = []
+    for char in document:
+        if char.isprintable():
+            out.append(char)
+            continue
+        code = ord(char)
+        if code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    return "".join(out)
+
+
 def shorten(text: str, limit: int = _SHOWN) -> str:
     """The ``repr`` of ``text`` cut to about ``limit`` characters, for error messages that
     quote what the user gave (a megabyte argument must not become a megabyte error)."""

@@ -86,8 +86,9 @@ def _silence_stdout() -> None:
 
 def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoReturn:
     """Run ``command`` and exit with its code: EffectlogError -> one line and its exit
-    code; usage errors -> 2; OS errors -> 2 for an unusable path, else 4; anything else
-    -> one ``internal error`` line and 1. Never a traceback (``--log-level DEBUG`` logs it).
+    code; usage errors -> 2; OS errors -> 2 for an unusable path, else 4; a RocksDB error
+    -> 4; anything else -> one ``internal error`` line and 1. Never a traceback
+    (``--log-level DEBUG`` logs it).
 
     Files the CLI creates are private whatever the caller's umask (directories 0700,
     files 0600): the umask is set to 077 first.
@@ -112,6 +113,8 @@ def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoRetu
     except Exception as exc:
         import logging
 
-        logging.getLogger(__name__).debug("internal error", exc_info=True)
+        logging.getLogger(__name__).debug("unhandled error", exc_info=True)
+        if type(exc) is Exception:  # rocksdict's one error type: a RocksDB status (Corruption,
+            fail(f"projection storage error: {exc}", EXIT_UNAVAILABLE)  # IO error, ...)
         fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -122,6 +122,7 @@ def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice
     stop = _stop_on_signals()
     log = obj.open_log()
     try:
+        log.verify()  # a log its own backend reports damaged is refused before projecting
         settings = ProjectorSettings(batch_size=batch_size, decoder=decoder)
         with Projector(log, obj.state_dir, settings) as projector, \
                 _Reporter("project", quiet) as report:
@@ -150,6 +151,7 @@ def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: boo
     before = {i for i, _ in projection_claims(obj.state_dir).values() if i is not None}
     log = obj.open_log(against_state=False)  # the one command that adopts a new log
     try:
+        log.verify()
         with _Reporter("rebuild", quiet) as report:
             settings = ProjectorSettings(batch_size=batch_size, decoder=decoder)
             final = run_rebuild(log, obj.state_dir, settings, on_progress=report, stop=stop)

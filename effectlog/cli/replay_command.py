@@ -119,6 +119,7 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
         raise click.UsageError("refusing to write Avro to a terminal: use --out FILE or a pipe")
     log = obj.open_log(against_state=False)
     try:
+        log.verify()  # an audit of a log its backend reports damaged fails loudly (exit 4)
         with _progress(sys.stderr.isatty()) as (advance, set_total):
             run = Replay(log, selection, progress=advance)
             total = run.total()
