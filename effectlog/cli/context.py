@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from effectlog.log.base import EventLog
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_CONFLICT, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
+MAX_ERROR_LINE = 900
 #: An unexpected error inside effectlog: one line (``internal error: …``), like Python's own 1.
 EXIT_INTERNAL = 1
 #: OS errors that mean the path given is unusable as written (exit 2); others are exit 4.
@@ -62,7 +63,9 @@ def fail(message: str, code: int) -> NoReturn:
     from effectlog.text import printable
 
     line = message.splitlines()[0] if message.strip() else "failed"
-    click.echo(f"error: {printable(scrub_text(line[:4000]))}", err=True)
+    if len(line) > MAX_ERROR_LINE:  # an error quoting a megabyte argument stays one short line
+        line = line[:MAX_ERROR_LINE] + "…"
+    click.echo(f"error: {printable(scrub_text(line))}", err=True)
     sys.exit(code)
 
 
@@ -75,20 +78,30 @@ def _os_error(exc: OSError) -> tuple[str, int]:
     return text, EXIT_USAGE if exc.errno in _BAD_PATH else EXIT_UNAVAILABLE
 
 
-def _silence_stdout() -> None:
-    """After a broken pipe: point stdout at /dev/null so the final flush stays quiet."""
+class OutputClosed(Exception):
+    """The reader of stdout went away (``effectlog replay | head``)."""
+
+
+def end_as_unix_tools_do() -> NoReturn:
+    """After a broken pipe: end silently by SIGPIPE (status 141 in a shell), as ``cat`` and
+    ``grep`` do, so ``set -o pipefail`` sees that the output was cut short."""
+    import signal
+
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.stdout.fileno())  # the final flush must not fail again
     except (OSError, ValueError):
         pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(128 + signal.SIGPIPE)  # not reached
 
 
 def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoReturn:
     """Run ``command`` and exit with its code: EffectlogError -> one line and its exit
     code; usage errors -> 2; OS errors -> 2 for an unusable path, else 4; a RocksDB error
     -> 4; anything else -> one ``internal error`` line and 1. Never a traceback
-    (``--log-level DEBUG`` logs it).
+    (``--log-level DEBUG`` logs it). A closed stdout pipe ends the process by SIGPIPE.
 
     Files the CLI creates are private whatever the caller's umask (directories 0700,
     files 0600): the umask is set to 077 first.
@@ -105,9 +118,8 @@ def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoRetu
         fail(exc.format_message(), EXIT_USAGE)
     except EffectlogError as exc:
         fail(str(exc) or type(exc).__name__, exc.exit_code)
-    except BrokenPipeError:
-        _silence_stdout()
-        sys.exit(EXIT_OK)
+    except (OutputClosed, BrokenPipeError):
+        end_as_unix_tools_do()
     except OSError as exc:
         fail(*_os_error(exc))
     except Exception as exc:

@@ -67,6 +67,14 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:  # click would make it a quiet exit 1
+            from effectlog.cli.context import OutputClosed
+
+            raise OutputClosed() from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):

@@ -81,6 +81,9 @@ def _age(ms: int, now: int) -> str:
 @click.pass_obj
 def get(obj: CliContext, key: str, as_json: bool) -> None:
     """Show the current state of one effect (exit 1 if the key is unknown)."""
+    from effectlog.keys import validate_key
+
+    validate_key(key)
     reader = _reader(obj, ("state",))
     try:
         snapshot = reader.get_json(key)

@@ -7,6 +7,7 @@ integer primary key gives each topic a gap-free, per-process-safe offset sequenc
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from effectlog.errors import BackendUnavailable, InvalidInput, LogMissing
+from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput, LogMissing
 from effectlog.log.base import EVENTS, TOPICS, EventLog, Position, Record
 from effectlog.private_fs import create_private_file, make_private_dirs
 from effectlog.text import shorten
@@ -55,7 +56,7 @@ class SqliteLog(EventLog):
         try:
             existed = self.path.exists()
         except OSError as exc:
-            raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc.strerror}") from None
+            raise _path_error(self.path, exc) from None
         if not existed and not create:
             raise LogMissing(f"no sqlite log at {self.path}")
         try:
@@ -69,7 +70,9 @@ class SqliteLog(EventLog):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._id = self._schema(initialise=create or not existed)
-        except (sqlite3.Error, OSError) as exc:
+        except OSError as exc:
+            raise _path_error(self.path, exc) from exc
+        except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc}") from exc
 
     def _schema(self, initialise: bool) -> str:
@@ -229,6 +232,15 @@ class SqliteLog(EventLog):
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"sqlite read from {self.path} failed: {exc}") from exc
+
+
+def _path_error(path: Path, exc: OSError) -> EffectlogError:
+    """A path that cannot name a file here is bad input (2); anything else, such as a
+    permission or a full disk, is the backend being unavailable (4)."""
+    message = f"cannot open sqlite log {path}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EISDIR):
+        return InvalidInput(message)
+    return BackendUnavailable(message)
 
 
 def _table(topic: str) -> str:
