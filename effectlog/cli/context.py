@@ -39,6 +39,9 @@ class CliContext:
             raise click.BadParameter("must be a directory path", param_hint="--state")
         if "\x00" in log_url:
             raise click.BadParameter("must not contain a NUL character", param_hint="--log")
+        for hint, value in (("--state", state_dir), ("--log", log_url)):  # e.g. from the env
+            if not _utf8(value):
+                raise click.BadParameter("is not valid UTF-8", param_hint=hint)
         return cls(log_url=log_url, state_dir=state_dir)
 
     def open_log(self, *, create: bool = False, against_state: bool = True) -> EventLog:
@@ -67,6 +70,14 @@ def fail(message: str, code: int) -> NoReturn:
         line = line[:MAX_ERROR_LINE] + "…"
     click.echo(f"error: {printable(scrub_text(line))}", err=True)
     sys.exit(code)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _os_error(exc: OSError) -> tuple[str, int]:
@@ -107,6 +118,10 @@ def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoRetu
     files 0600): the umask is set to 077 first.
     """
     os.umask(0o077)
+    for arg in sys.argv[1:] if argv is None else argv:
+        if not _utf8(arg):  # bytes that are not UTF-8 reach Python as lone surrogates
+            fail(f"argument {arg.encode('utf-8', 'backslashreplace').decode()!r} is not "
+                 "valid UTF-8", EXIT_USAGE)
     try:
         code = command.main(args=argv, standalone_mode=False)
         sys.stdout.flush()

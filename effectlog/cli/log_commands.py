@@ -20,6 +20,8 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         request = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}") from exc
+    except RecursionError:
+        raise InvalidInput(f"line {number}: JSON nested too deeply") from None
     if not isinstance(request, dict):
         raise InvalidInput(f"line {number}: expected a JSON object")
     name = request.get("transition")
@@ -93,7 +95,11 @@ def append(obj: CliContext, verify: bool) -> None:
     log: EventLog | None = None
     workers: dict[str, Worker] = {}
     try:
-        for number, raw in enumerate(sys.stdin, start=1):
+        for number, data in enumerate(sys.stdin.buffer, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(f"line {number}: not UTF-8 (byte {exc.start + 1})") from None
             if not raw.strip():
                 continue
             request = _parse_line(number, raw)

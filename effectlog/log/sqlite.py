@@ -67,9 +67,11 @@ class SqliteLog(EventLog):
             self._db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True,
                                        timeout=busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._id = self._schema(initialise=create or not existed)
+            try:
+                self._id = self._schema(initialise=create or not existed)
+            except BaseException:
+                self._db.close()
+                raise
         except OSError as exc:
             raise _path_error(self.path, exc) from exc
         except sqlite3.Error as exc:
@@ -83,6 +85,8 @@ class SqliteLog(EventLog):
         if EVENTS not in tables and (tables or not initialise):
             raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
                                      f"{EVENTS} table")
+        self._db.execute("PRAGMA journal_mode=WAL")  # only once the file is known to be ours
+        self._db.execute("PRAGMA synchronous=FULL")
         if {*TOPICS, _META} <= tables:
             found = self._log_id()
             if found is not None:
