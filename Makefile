@@ -31,6 +31,7 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/append.py
 	$(PY) bench/project.py
+	$(PY) bench/redact.py
 
 # The soak (bench/soak.py): OPS operations by WORKERS worker processes, workers and `serve`
 # SIGKILLed, recovery until quiet; the last line gives kills, duplicates and lost events.

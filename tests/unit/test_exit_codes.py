@@ -436,9 +436,13 @@ def test_demo_1_when_effectlog_caused_a_duplicate(tmp_path: Path,
         return replace(result, effectlog=replace(result.effectlog, duplicate_effects=1))
 
     monkeypatch.setattr(demo_run, "run_demo", duplicated)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--log", f"sqlite:///{tmp_path}/log.db", "--state", str(tmp_path / "s"), "demo",
-              "--operations", "3", "--workers", "1", "--crash-rate", "0", "--json"])
+    umask = os.umask(0o022)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--log", f"sqlite:///{tmp_path}/log.db", "--state", str(tmp_path / "s"),
+                  "demo", "--operations", "3", "--workers", "1", "--crash-rate", "0", "--json"])
+    finally:
+        os.umask(umask)  # the CLI sets 077 for the process it runs in
     assert exit_info.value.code == NOT_FOUND
 
 

@@ -133,3 +133,18 @@ def test_error_lines_escape_what_the_user_typed(tmp_path: Path) -> None:
         done = cli(tmp_path, *args)
         assert done.returncode == 2 and clean(done.stderr)
         assert done.stderr.startswith("error:") and done.stderr.count("\n") == 1
+
+
+def test_log_lines_escape_control_characters() -> None:
+    import io
+    import logging
+
+    from effectlog.logging_setup import configure_logging
+
+    stream = io.StringIO()
+    handler = configure_logging("INFO", stream=stream)
+    try:
+        logging.getLogger("effectlog.test").warning("key %s from %s", "k\x1b[2J", "w\u202e")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert clean(stream.getvalue()) and "k\\x1b[2J" in stream.getvalue()
