@@ -19,7 +19,7 @@ from consumers.bookkeeping import OffsetStore
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
-from effectlog.errors import CodecError, Conflict, EffectlogError
+from effectlog.errors import CodecError, Conflict, EffectlogError, WrongLog
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.machine import advance
 from effectlog.metrics import Metrics
@@ -69,11 +69,15 @@ class Reconciler:
         self.settings = settings or ReconcilerSettings()
         self.worker = Worker(log, self.settings.worker_id, view=view)
         self.metrics = metrics
+        self._bound = False
 
     # -- consuming commands --------------------------------------------------------------
 
     def run_once(self, timeout: float = 0.0) -> list[Handled]:
         """Handle every command not consumed yet; the offset is committed after each."""
+        if not self._bound:  # offsets kept for another (or a longer) log: refuse
+            self.offsets.bind(self.log)
+            self._bound = True
         done: list[Handled] = []
         stored = self.offsets.get(COMMANDS)
         for partition in range(self.log.partitions(COMMANDS)):
@@ -98,6 +102,8 @@ class Reconciler:
         while not stop.is_set():
             try:
                 handled = self.run_once()
+            except WrongLog:
+                raise  # offsets kept for another log: retrying cannot help
             except EffectlogError as exc:
                 logger.warning("reconciler pass failed: %s", exc)
                 handled = []

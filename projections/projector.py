@@ -27,9 +27,11 @@ from typing import Literal
 
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Record
-from projections import layout
+from effectlog.private_fs import make_private_dirs
+from projections import layout, lineage
 from projections.decoding import InlineDecoder, ProcessDecoder
 from projections.partition import PartitionWriter
+from projections.rocksdb import METADATA
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +115,18 @@ class Projector:
         """Open (creating if needed) one RocksDB per partition of the events topic."""
         self._close_writers()
         generation = layout.ensure_generation(self.state_dir)
-        for partition in range(self.log.partitions(EVENTS)):
-            path = layout.partition_dir(generation, partition)
-            writer = PartitionWriter(path, partition, self.settings.cache_size,
-                                     trust_first=self.log.compacted)
-            self._writers[partition] = writer
-            self._cursors[partition] = writer.next_offset
+        try:
+            for partition in range(self.log.partitions(EVENTS)):
+                path = make_private_dirs(layout.partition_dir(generation, partition))
+                writer = PartitionWriter(path, partition, self.settings.cache_size,
+                                         trust_first=self.log.compacted)
+                self._writers[partition] = writer
+                lineage.bind(writer.db.get_column_family(METADATA), self.log, partition,
+                             writer.next_offset, f"the projection {path}")
+                self._cursors[partition] = writer.next_offset
+        except BaseException:
+            self._close_writers()
+            raise
         self._generation = generation
         logger.info("projecting %s into %s", self.log.url, generation)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -15,6 +17,12 @@ if TYPE_CHECKING:
     from effectlog.log.base import EventLog
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_CONFLICT, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
+MAX_ERROR_LINE = 900
+#: An unexpected error inside effectlog: one line (``internal error: …``), like Python's own 1.
+EXIT_INTERNAL = 1
+#: OS errors that mean the path given is unusable as written (exit 2); others are exit 4.
+_BAD_PATH = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EINVAL,
+                       errno.ELOOP, errno.EEXIST})
 
 
 @dataclass(frozen=True)
@@ -24,10 +32,26 @@ class CliContext:
     log_url: str
     state_dir: str
 
-    def open_log(self) -> EventLog:
-        from effectlog.log import open_log
+    @classmethod
+    def checked(cls, log_url: str, state_dir: str) -> CliContext:
+        """The context, once the global options are usable as a URL and a path."""
+        if not state_dir.strip() or "\x00" in state_dir:
+            raise click.BadParameter("must be a directory path", param_hint="--state")
+        if "\x00" in log_url:
+            raise click.BadParameter("must not contain a NUL character", param_hint="--log")
+        for hint, value in (("--state", state_dir), ("--log", log_url)):  # e.g. from the env
+            if not _utf8(value):
+                raise click.BadParameter("is not valid UTF-8", param_hint=hint)
+        return cls(log_url=log_url, state_dir=state_dir)
 
-        return open_log(self.log_url)
+    def open_log(self, *, create: bool = False, against_state: bool = True) -> EventLog:
+        """The log, never created unless ``create`` and no state claims another one; with
+        ``against_state``, refused (exit 4) when it is not the log the state was built from
+        (see :mod:`effectlog.cli.log_guard`)."""
+        from effectlog.cli.log_guard import open_checked
+
+        return open_checked(self.log_url, self.state_dir, create=create,
+                            against_state=against_state)
 
 
 def emit_json(value: Any) -> None:
@@ -35,18 +59,72 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, sort_keys=True, default=str))
 
 
-def fail(message: str, code: int) -> None:
-    """Print a one-line error on stderr and exit with ``code``."""
+def fail(message: str, code: int) -> NoReturn:
+    """Print a one-line error on stderr (secrets masked, control characters escaped) and
+    exit with ``code``."""
     from effectlog.redact import scrub_text
+    from effectlog.text import printable
 
-    click.echo(f"error: {scrub_text(message)}", err=True)
+    line = message.splitlines()[0] if message.strip() else "failed"
+    if len(line) > MAX_ERROR_LINE:  # an error quoting a megabyte argument stays one short line
+        line = line[:MAX_ERROR_LINE] + "…"
+    click.echo(f"error: {printable(scrub_text(line))}", err=True)
     sys.exit(code)
 
 
-def run_guarded(command: click.Command, argv: list[str] | None = None) -> Any:
-    """Run ``command``; EffectlogError -> one line and its exit code; usage errors -> 2."""
+def _utf8(text: str) -> bool:
     try:
-        return command.main(args=argv, standalone_mode=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _os_error(exc: OSError) -> tuple[str, int]:
+    """A one-line message and exit code for an OS error no command handled itself."""
+    from effectlog.text import shorten
+
+    where = f": {shorten(os.fsdecode(exc.filename), 200)}" if exc.filename else ""
+    text = f"{exc.strerror or exc}{where}"
+    return text, EXIT_USAGE if exc.errno in _BAD_PATH else EXIT_UNAVAILABLE
+
+
+class OutputClosed(Exception):
+    """The reader of stdout went away (``effectlog replay | head``)."""
+
+
+def end_as_unix_tools_do() -> NoReturn:
+    """After a broken pipe: end silently by SIGPIPE (status 141 in a shell), as ``cat`` and
+    ``grep`` do, so ``set -o pipefail`` sees that the output was cut short."""
+    import signal
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(128 + signal.SIGPIPE)  # not reached
+
+
+def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoReturn:
+    """Run ``command`` and exit with its code: EffectlogError -> one line and its exit
+    code; usage errors -> 2; OS errors -> 2 for an unusable path, else 4; a RocksDB error
+    -> 4; anything else -> one ``internal error`` line and 1. Never a traceback
+    (``--log-level DEBUG`` logs it). A closed stdout pipe ends the process by SIGPIPE.
+
+    Files the CLI creates are private whatever the caller's umask (directories 0700,
+    files 0600): the umask is set to 077 first.
+    """
+    os.umask(0o077)
+    for arg in sys.argv[1:] if argv is None else argv:
+        if not _utf8(arg):  # bytes that are not UTF-8 reach Python as lone surrogates
+            fail(f"argument {arg.encode('utf-8', 'backslashreplace').decode()!r} is not "
+                 "valid UTF-8", EXIT_USAGE)
+    try:
+        code = command.main(args=argv, standalone_mode=False)
+        sys.stdout.flush()
     except click.exceptions.Abort:
         fail("aborted", 130)
     except click.exceptions.Exit as exc:
@@ -54,7 +132,16 @@ def run_guarded(command: click.Command, argv: list[str] | None = None) -> Any:
     except click.ClickException as exc:
         fail(exc.format_message(), EXIT_USAGE)
     except EffectlogError as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
-    except BrokenPipeError:
-        sys.exit(EXIT_OK)
-    return None
+        fail(str(exc) or type(exc).__name__, exc.exit_code)
+    except (OutputClosed, BrokenPipeError):
+        end_as_unix_tools_do()
+    except OSError as exc:
+        fail(*_os_error(exc))
+    except Exception as exc:
+        import logging
+
+        logging.getLogger(__name__).debug("unhandled error", exc_info=True)
+        if type(exc) is Exception:  # rocksdict's one error type: a RocksDB status (Corruption,
+            fail(f"projection storage error: {exc}", EXIT_UNAVAILABLE)  # IO error, ...)
+        fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -20,6 +20,8 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         request = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}") from exc
+    except RecursionError:
+        raise InvalidInput(f"line {number}: JSON nested too deeply") from None
     if not isinstance(request, dict):
         raise InvalidInput(f"line {number}: expected a JSON object")
     name = request.get("transition")
@@ -87,15 +89,23 @@ def append(obj: CliContext, verify: bool) -> None:
     Stops at the first line that fails; lines before it stay appended. Exit codes:
     2 bad input, 3 conflict (payload mismatch, fenced, illegal transition), 4 log down.
     """
+    from effectlog.log.base import EventLog
     from effectlog.worker import Worker
 
-    log = obj.open_log()
+    log: EventLog | None = None
     workers: dict[str, Worker] = {}
     try:
-        for number, raw in enumerate(sys.stdin, start=1):
+        for number, data in enumerate(sys.stdin.buffer, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(f"line {number}: not UTF-8 (byte {exc.start + 1})") from None
             if not raw.strip():
                 continue
             request = _parse_line(number, raw)
+            if log is None:  # only a create may make a new log (where no state claims one)
+                log = obj.open_log(create=request["transition"].strip().lower() == "create")
+                log.verify()
             worker = workers.setdefault(request["worker_id"],
                                         Worker(log, request["worker_id"], verify=verify))
             worker.last_position = None
@@ -115,7 +125,8 @@ def append(obj: CliContext, verify: bool) -> None:
             })
             sys.stdout.flush()
     finally:
-        log.close()
+        if log is not None:
+            log.close()
 
 
 @click.command()
@@ -131,7 +142,7 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
     from effectlog.machine import check
 
     validate_key(key)
-    log = obj.open_log()
+    log = obj.open_log(against_state=False)
     try:
         records = log.read_key(EVENTS, key)
         compacted = log.compacted
@@ -178,21 +189,32 @@ def _print_history(key: str, rows: list[dict[str, Any]]) -> None:
 
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"history of {key}", title_justify="left")
+    from effectlog.text import printable
+
+    def cells(*values: str) -> list[Text]:
+        """Plain text, never markup, with control and bidi characters escaped: whatever a
+        writer put into the log cannot steer the reader's terminal."""
+        return [Text(printable(v)) for v in values]
+
+    table = Table(title=Text(printable(f"history of {key}")), title_justify="left")
     for column in ("offset", "time (UTC)", "transition", "state", "epoch", "worker",
                    "attempt", "detail", "verdict"):
         table.add_column(column, overflow="fold")
     for row in rows:
         event = row.get("event")
         if event is None:
-            table.add_row(str(row["offset"]), "", "", "", "", "", "", "", row["verdict"])
+            table.add_row(*cells(str(row["offset"]), "", "", "", "", "", "", "", row["verdict"]))
             continue
-        stamp = datetime.fromtimestamp(event["occurred_at"] / 1000, UTC)
-        when = stamp.strftime("%m-%d %H:%M:%S.%f")[:-3]
-        table.add_row(str(row["offset"]), when, event["transition"], event["state"],
-                      str(event["fencing_epoch"]), event["worker_id"], str(event["attempt"]),
-                      _detail(event), row["verdict"])
+        try:
+            stamp = datetime.fromtimestamp(event["occurred_at"] / 1000, UTC)
+            when = stamp.strftime("%m-%d %H:%M:%S.%f")[:-3]
+        except (OverflowError, OSError, ValueError):  # a time no calendar holds
+            when = str(event["occurred_at"])
+        table.add_row(*cells(str(row["offset"]), when, event["transition"], event["state"],
+                             str(event["fencing_epoch"]), event["worker_id"],
+                             str(event["attempt"]), _detail(event), row["verdict"]))
     Console(width=max(Console().width, 140)).print(table)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import NoReturn
 
 import click
 
@@ -67,6 +67,14 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:  # click would make it a quiet exit 1
+            from effectlog.cli.context import OutputClosed
+
+            raise OutputClosed() from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
@@ -100,14 +108,14 @@ def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_js
         # librdkafka repeats connection failures many times a second; the command itself
         # reports the failure once, as a one-line error with exit code 4.
         logging.getLogger("effectlog.log.kafka.librdkafka").setLevel(logging.CRITICAL)
-    ctx.obj = CliContext(log_url=log_url, state_dir=state_dir)
+    ctx.obj = CliContext.checked(log_url, state_dir)
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point: run the CLI and map errors to exit codes."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry point: run the CLI, map errors to exit codes, exit."""
     from effectlog.cli.context import run_guarded
 
-    return run_guarded(cli, argv)
+    run_guarded(cli, argv)
 
 
 if __name__ == "__main__":

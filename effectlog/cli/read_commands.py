@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from effectlog.cli.context import EXIT_NOT_FOUND, CliContext, emit_json, fail
+from effectlog.cli.context import EXIT_NOT_FOUND, EXIT_USAGE, CliContext, emit_json, fail
 
 if TYPE_CHECKING:
     from projections.rocksdb import RocksProjectionReader
@@ -32,24 +32,36 @@ def _older_than_ms(text: str) -> int:
 
 
 def _reader(obj: CliContext, families: tuple[str, ...] | None = None) -> RocksProjectionReader:
+    """The projection, read-only; exit 2 (nothing created) when there is none."""
     from projections import open_reader
 
-    return open_reader(obj.state_dir, families=families)
+    reader = open_reader(obj.state_dir, families=families)
+    if not reader.exists:
+        reader.close()
+        fail(_no_projection(obj), EXIT_USAGE)
+    return reader
 
 
 def _no_projection(obj: CliContext) -> str:
-    return f"no projection under {obj.state_dir}: run `effectlog project` first"
+    from pathlib import Path
+
+    return f"no projection at {Path(obj.state_dir).absolute()}: run `effectlog project` first"
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left")
+    from effectlog.text import printable
+
+    # Cells are Text, not markup: a "[" in a key or worker id is shown, never interpreted,
+    # and control characters arrive escaped.
+    table = Table(title=Text(printable(title)), title_justify="left")
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("" if v is None else printable(str(v))) for v in row))
     Console().print(table)
 
 
@@ -69,15 +81,16 @@ def _age(ms: int, now: int) -> str:
 @click.pass_obj
 def get(obj: CliContext, key: str, as_json: bool) -> None:
     """Show the current state of one effect (exit 1 if the key is unknown)."""
+    from effectlog.keys import validate_key
+
+    validate_key(key)
     reader = _reader(obj, ("state",))
     try:
         snapshot = reader.get_json(key)
-        exists = reader.exists
     finally:
         reader.close()
     if snapshot is None:
-        fail(f"no effect with key {key}" if exists else _no_projection(obj), EXIT_NOT_FOUND)
-        return
+        fail(f"no effect with key {key}", EXIT_NOT_FOUND)
     if as_json:
         emit_json(snapshot)
         return
@@ -171,7 +184,10 @@ def effect_metrics(counts: dict[str, int]) -> dict[str, int]:
 
 def collect_stats(obj: CliContext) -> dict[str, Any]:
     """The figures ``stats`` shows; other sections (metrics) can be added to the dict."""
+    from pathlib import Path
+
     from effectlog.log.base import EVENTS
+    from effectlog.redact import redact_url
 
     reader = _reader(obj, ("offsets", "metadata"))
     try:
@@ -182,6 +198,7 @@ def collect_stats(obj: CliContext) -> dict[str, Any]:
     log = obj.open_log()
     try:
         ends = log.end_offsets(EVENTS)
+        log_url = log.url  # as resolved: a relative sqlite path shows absolute
     finally:
         log.close()
     states = {name: counts.get(f"state:{name}", 0) for name in STATES}
@@ -197,5 +214,6 @@ def collect_stats(obj: CliContext) -> dict[str, Any]:
         "end_offsets": {str(p): n for p, n in ends.items()},
         "next_offsets": {str(p): n for p, n in nexts.items()},
         "lag": {str(p): max(0, n - nexts.get(p, 0)) for p, n in ends.items()},
-        "projection": str(obj.state_dir),
+        "projection": str(Path(obj.state_dir).absolute()),
+        "log": redact_url(log_url),
     }

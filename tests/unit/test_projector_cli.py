@@ -61,7 +61,8 @@ def test_get_of_an_unknown_key_exits_1(projected: Path, tmp_path: Path) -> None:
     done = run(projected, "get", "agent:nope:email.send:x", "--json")
     assert done.returncode == 1 and "no effect with key" in done.stderr
     empty = run(tmp_path / "elsewhere", "get", KEY)
-    assert empty.returncode == 1 and "run `effectlog project`" in empty.stderr
+    assert empty.returncode == 2 and "run `effectlog project`" in empty.stderr
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_get_json_imports_neither_fastavro_nor_rich(projected: Path) -> None:
