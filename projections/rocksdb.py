@@ -55,6 +55,10 @@ Mode = Literal["write", "read_only", "secondary"]
 _OPEN_RETRIES = 5
 
 
+class ProjectionLocked(BackendUnavailable):
+    """Another process holds the partition's writer lock (a running projector)."""
+
+
 def _cf_options(bloom: bool) -> Options:
     opts = Options(raw_mode=True)
     if bloom:
@@ -102,8 +106,8 @@ def open_partition(path: Path, mode: Mode, secondary_path: str | None = None,
         except Exception as exc:  # rocksdict's only error type
             last = str(exc)
             if "lock" in last.lower():
-                raise BackendUnavailable(f"projection {path} is locked by another projector: "
-                                         f"{last}") from None
+                raise ProjectionLocked(f"projection {path} is locked by another projector: "
+                                       f"{last}") from None
             time.sleep(0.02 * (attempt + 1))
     raise BackendUnavailable(f"cannot open projection {path}: {last}")
 
