@@ -56,15 +56,15 @@ def print_table(title: str | None, columns: list[str], rows: list[list[Any]], *,
                 fold: tuple[str, ...] = ()) -> None:
     """A rich table on stdout, as wide as the terminal. Only the ``fold`` columns (free
     text) wrap; every other column (keys, states, times) is never wrapped or cut: where
-    they do not fit, the table is printed wider than the terminal (which wraps the lines)
-    rather than eliding anything, so whatever is shown can be copied and pasted."""
+    they do not fit, the table is printed wider than the terminal, without rules (the
+    terminal wraps its lines), rather than eliding anything, so whatever is shown can be
+    copied and pasted."""
     from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
     cells = [["" if v is None else str(v) for v in row] for row in rows]
-    table = Table(title=title, title_justify="left", show_edge=False,
-                  min_width=len(title) if title else None)
+    table = Table(show_edge=False)
     needed = len(columns) - 1  # the column separators
     for index, column in enumerate(columns):
         texts = [column, *(row[index] for row in cells)]
@@ -77,8 +77,11 @@ def print_table(title: str | None, columns: list[str], rows: list[list[Any]], *,
     for row in cells:
         table.add_row(*row)
     console = Console(highlight=False)
-    if needed > console.width:
+    if needed > console.width:  # wider than the terminal: no rules for it to wrap as well
         console = Console(highlight=False, width=needed)
+        table.box = None
+    if title:
+        console.print(title, soft_wrap=True)
     console.print(table)
 
 
