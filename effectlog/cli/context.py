@@ -91,7 +91,7 @@ def fail(message: str, code: int) -> None:
 def run_guarded(command: click.Command, argv: list[str] | None = None) -> Any:
     """Run ``command``; EffectlogError -> one line and its exit code; usage errors -> 2."""
     try:
-        return command.main(args=argv, standalone_mode=False)
+        return command.main(args=argv, prog_name="effectlog", standalone_mode=False)
     except click.exceptions.Abort:
         fail("aborted", 130)
     except click.exceptions.Exit as exc:

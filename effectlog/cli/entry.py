@@ -69,3 +69,7 @@ def _behind(log_url: str, reader: ProjectionReader) -> bool:
     from effectlog.cli.freshness import lag
 
     return lag(log_url, reader.next_offsets()) != 0
+
+
+if __name__ == "__main__":
+    main()

@@ -141,11 +141,15 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     from consumers.providers import load_provider
     from consumers.reconciler import Reconciler, ReconcilerSettings
 
-    provider = load_provider(provider_spec)
     policy = approval_policy(auto_retry, allow_risky)
     settings = ReconcilerSettings(policy=policy) if worker_id is None else \
         ReconcilerSettings(worker_id=worker_id, policy=policy)
-    log = obj.open_log()
+    log = obj.open_log()  # first: a log that is down leaves no provider file behind
+    try:
+        provider = load_provider(provider_spec)
+    except BaseException:
+        log.close()
+        raise
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
     reconciler = Reconciler(log, provider, offsets, settings)
     try:

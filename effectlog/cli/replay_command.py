@@ -12,7 +12,7 @@ from typing import IO, Any
 import click
 
 from effectlog.audit import Replay, ReplayFilter, ReplaySummary, parse_time, write_avro, write_jsonl
-from effectlog.cli.context import EXIT_CONFLICT, CliContext
+from effectlog.cli.context import EXIT_CONFLICT, EXIT_NOT_FOUND, CliContext, fail
 from effectlog.errors import InvalidInput
 from effectlog.redact import redact_url
 
@@ -107,7 +107,8 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     its baseline snapshot. Without --since a key must start with CREATE (on a compacted
     topic, histories whose start was compacted away show as missing_create).
 
-    Exit status: 0 when the history is clean, 3 when there are violations.
+    Exit status: 0 when the history is clean, 3 when there are violations, 1 when --key
+    has no events (in the window).
     """
     try:
         selection = ReplayFilter(key=key, since_ms=since, until_ms=until)
@@ -130,6 +131,8 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     finally:
         log.close()
     summary = run.summary
+    if key is not None and not summary.records:
+        fail(f"no events for key {key}", EXIT_NOT_FOUND)
     if as_json:
         click.echo(json.dumps(summary.to_json(), sort_keys=True), err=out == "-")
     else:
