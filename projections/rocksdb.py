@@ -79,6 +79,9 @@ def _db_options(mode: Mode) -> Options:
         opts.set_keep_log_file_num(3)
     else:
         opts.set_max_open_files(-1)
+        # One thread opens the table files: starting RocksDB's default 16 threads costs a
+        # one-shot reader (`effectlog get`) more than opening a partition's files takes.
+        opts.set_max_file_opening_threads(1)
     return opts
 
 
