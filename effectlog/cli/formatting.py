@@ -30,7 +30,7 @@ def event_detail(event: dict[str, Any]) -> str:
         result = json.dumps(outcome["result"], sort_keys=True)
         return f"{outcome['status']} ({outcome['source']}): {_clip(result)}"
     if event.get("error"):
-        return _clip(str(event["error"]))
+        return str(event["error"])
     if transition == "CREATE" and event.get("payload_ref"):
         return f"payload ref {event['payload_ref']}"
     return ""
