@@ -2,12 +2,12 @@
 embedded (SQLite) log before they read it.
 
 Knowing whether there is anything to do is cheap and creates nothing: the log's end is read
-with the stdlib :mod:`sqlite3` in read-only mode, the projection's next offset from its
+through the stdlib's SQLite module in read-only mode, the projection's next offset from its
 offsets column family. Only when the projection is behind does a read run the projector,
-within a time budget. Where it cannot (another process, ``effectlog project`` or
-``serve``, holds the projection's writer lock), the read says in one line how far behind
-the projection is and shows it as it is. Other logs (Kafka) are projected by ``serve``;
-reads there never touch the broker.
+within a time budget. Where another process (``effectlog project`` or ``serve``) holds the
+projection's writer lock, the read waits a moment for that projector; if events are still
+missing, it says in one line how far behind the projection is and shows it as it is.
+Other logs (Kafka) are projected by ``serve``; reads there never touch the broker.
 """
 
 from __future__ import annotations
@@ -61,13 +61,35 @@ def lag(log_url: str, next_offsets: dict[int, int]) -> int | None:
     return None if end is None else end - next_offsets.get(0, 0)
 
 
-def catch_up(obj: CliContext, behind: int) -> None:
-    """Project the log up to its end within ``obj.timeout_s``; where the projection is
-    locked by another projector, or the budget runs out, say so in one line on stderr."""
+def catch_up(obj: CliContext, applied: int, end: int) -> None:
+    """Bring the projection from the ``applied`` offset to the log's ``end``: project the
+    difference here within ``obj.timeout_s``, or, where another projector holds the
+    projection, wait up to :data:`OTHER_PROJECTOR_WAIT_S` for it to get there. Whatever is
+    left is said in one line on stderr, and the read goes on with the projection as it is."""
+    from projections.rocksdb import ProjectionLocked
+
+    try:
+        left = _project(obj, end - applied)
+    except ProjectionLocked:
+        left = _wait_for_other_projector(obj, end)
+        if left > 0:
+            note(f"the projection is {left} event(s) behind the log: another process "
+                 "(effectlog project or serve) is projecting it; showing it as it is")
+        return
+    if left > 0:
+        note(f"the projection is still {left} event(s) behind the log after catching up for "
+             f"{obj.timeout_s:g}s; showing it as it is (effectlog project catches up)")
+
+
+#: How long a read waits for a running ``project`` or ``serve`` to apply what it must show.
+OTHER_PROJECTOR_WAIT_S = 2.0
+
+
+def _project(obj: CliContext, behind: int) -> int:
+    """Run the projector up to the log's current end within the timeout; events left."""
     import threading
 
     from projections.projector import Projector
-    from projections.rocksdb import ProjectionLocked
 
     stop = threading.Event()
     deadline = time.monotonic() + obj.timeout_s
@@ -79,16 +101,29 @@ def catch_up(obj: CliContext, behind: int) -> None:
                 if time.monotonic() >= deadline:
                     stop.set()
 
-            left = projector.run(once=True, stop=stop, on_progress=on_progress).total_lag
-    except ProjectionLocked:
-        note(f"the projection is {behind} event(s) behind the log: another process (effectlog "
-             "project or serve) is projecting it; showing it as it is")
-        return
+            return projector.run(once=True, stop=stop, on_progress=on_progress).total_lag
     finally:
         log.close()
-    if left:
-        note(f"the projection is still {left} event(s) behind the log after catching up for "
-             f"{obj.timeout_s:g}s; showing it as it is (effectlog project catches up)")
+
+
+def _wait_for_other_projector(obj: CliContext, end: int) -> int:
+    """Poll the stored offset until the other projector reached ``end`` (or the wait is
+    over); events still missing."""
+    from projections import open_reader
+
+    def applied() -> int:
+        reader = open_reader(obj.state_dir, families=("offsets",))
+        try:
+            return reader.next_offsets().get(0, 0)
+        finally:
+            reader.close()
+
+    deadline = time.monotonic() + min(obj.timeout_s, OTHER_PROJECTOR_WAIT_S)
+    while True:
+        left = end - applied()
+        if left <= 0 or time.monotonic() >= deadline:
+            return max(0, left)
+        time.sleep(0.02)
 
 
 def note(text: str) -> None:

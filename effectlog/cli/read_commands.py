@@ -51,11 +51,12 @@ def _fresh_reader(obj: CliContext, families: tuple[str, ...],
         return reader
     from effectlog.cli import freshness
 
-    behind = freshness.lag(obj.log_url, reader.next_offsets())
-    if behind is None or behind <= 0:
+    nexts = reader.next_offsets()
+    missing = freshness.lag(obj.log_url, nexts)
+    if missing is None or missing <= 0:
         return reader
     reader.close()
-    freshness.catch_up(obj, behind)
+    freshness.catch_up(obj, nexts.get(0, 0), nexts.get(0, 0) + missing)
     return _reader(obj, families)
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,6 +107,33 @@ def test_a_read_says_how_far_behind_when_another_process_holds_the_projection(
     assert done.stderr.count("\n") == 1
     assert "2 event(s) behind the log" in done.stderr and "another process" in done.stderr
     assert listed.stdout == KEY + "\n" and "2 event(s) behind" in listed.stderr
+
+
+def test_a_read_next_to_a_running_projector_waits_for_it_and_shows_the_append(
+        behind: Path) -> None:
+    env = {**os.environ, "EFFECTLOG_LOG": f"sqlite:///{behind}/log.db",
+           "EFFECTLOG_STATE": str(behind / "state")}
+    projector = subprocess.Popen([sys.executable, "-m", "effectlog.cli.main", "project",
+                                  "--quiet"], env=env)
+    try:
+        assert _wait(lambda: cli(behind, "get", KEY, "--json", "--no-catch-up").stdout, 30)
+        log = open_log(f"sqlite:///{behind}/log.db")
+        Worker(log, "w1").record(KEY, State.SUCCEEDED, {"id": 1})
+        log.close()
+        done = cli(behind, "get", KEY, "--json")
+        assert json.loads(done.stdout)["state"] == "SUCCEEDED" and done.stderr == ""
+    finally:
+        projector.send_signal(signal.SIGTERM)
+        projector.wait(30)
+
+
+def _wait(predicate: Callable[[], object], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_catch_up_is_bounded_by_the_timeout(tmp_path: Path) -> None:
