@@ -103,6 +103,8 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
     consumer = RecoveryConsumer(log, reader, ledger, settings)
     try:
         if not once:
+            click.echo(f"effectlog recover: a pass every {settings.poll_s:g}s until SIGTERM "
+                       "(--once for one pass)", err=True)
             consumer.run(stop_on_signals())
             return
         result = consumer.run_once()
@@ -154,6 +156,8 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     reconciler = Reconciler(log, provider, offsets, settings)
     try:
         if not once:
+            click.echo("effectlog reconcile: settling commands as they come until SIGTERM "
+                       "(--once for those there are now)", err=True)
             reconciler.run(stop_on_signals())
             return
         handled = reconciler.run_once()
