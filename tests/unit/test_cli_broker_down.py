@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from effectlog.cli.context import with_timeout
-from effectlog.log.kafka_settings import KafkaSettings
+from effectlog.log.kafka import KafkaSettings
 from tests.kafka_broker import free_port
 
 APPEND = ('{"operation_id": "op-1", "kind": "email.send", "target": "mailto:a@example.com", '

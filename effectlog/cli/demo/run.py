@@ -116,8 +116,7 @@ def _made_by(paths: DemoPaths) -> str | None:
 
 
 def _fresh_kafka_prefix(url: str) -> str:
-    from effectlog.log.kafka import KafkaSettings
-    from effectlog.log.kafka_admin import create_topics
+    from effectlog.log.kafka import KafkaSettings, create_topics
 
     prefix = f"{KafkaSettings.from_url(url).prefix}-demo-{int(time.time() * 1000)}"
     parts = urlsplit(url)
