@@ -14,7 +14,8 @@ from effectlog.log.base import EventLog
 from effectlog.model import Decision, EffectEvent, State
 from effectlog.text import check_free_text
 from effectlog.view import StateView
-from effectlog.worker import MAX_WORKER_ID, Worker
+from effectlog.worker import Worker
+from effectlog.worker.core import MAX_WORKER_ID
 
 logger = logging.getLogger(__name__)
 

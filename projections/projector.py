@@ -242,6 +242,14 @@ class Projector:
             records = self.log.read(EVENTS, partition, start, self.settings.batch_size,
                                     self.settings.read_timeout_s)
             if not records:
+                # Nothing between the cursor and the end seen: those offsets hold no records
+                # (transaction markers), so the stored offset moves over them once the
+                # pipeline has applied everything before.
+                writer = self._writers[partition]
+                if not self._inflight and writer.next_offset == start:
+                    writer.skip_to(ends.get(partition, 0))
+                    self._cursors[partition] = writer.next_offset
+                    continue
                 self._empty_reads[partition] = self._empty_reads.get(partition, 0) + 1
                 continue
             self._empty_reads[partition] = 0

@@ -158,6 +158,9 @@ def stats(obj: CliContext, as_json: bool) -> None:
     _table("metrics", ["metric", "count"], [[k, v] for k, v in figures["metrics"].items()])
     _table("rejected events by reason", ["reason", "count"],
            [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])
+    if figures["legacy_records"]:
+        _table("legacy records read", ["encoding", "records"],
+               [["fingerprint byte-reversed (pre-spec header)", figures["legacy_records"]]])
     _table("projector lag", ["partition", "log end", "projected", "lag"],
            [[p, figures["end_offsets"][p], figures["next_offsets"].get(p, 0), lag]
             for p, lag in figures["lag"].items()])
@@ -206,6 +209,8 @@ def collect_stats(obj: CliContext) -> dict[str, Any]:
         "metrics": effect_metrics(counts),
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),
+        # records written by earlier versions with the fingerprint byte-reversed (still read)
+        "legacy_records": counts.get("legacy:fingerprint_order", 0),
         "end_offsets": {str(p): n for p, n in ends.items()},
         "next_offsets": {str(p): n for p, n in nexts.items()},
         "lag": {str(p): max(0, n - nexts.get(p, 0)) for p, n in ends.items()},

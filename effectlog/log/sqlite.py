@@ -45,6 +45,7 @@ class SqliteLog(EventLog):
     """One table per topic; offset = rowid - 1; one partition."""
 
     conditional = True
+    concurrent_appends = 1
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 30.0, *,
                  create: bool = True) -> None:

@@ -1,0 +1,156 @@
+"""Durable appends to Kafka: one idempotent producer, delivery reports as the only proof.
+
+An append is durable only when every record's delivery report names its offset (acks=all).
+Appends that must be atomic (several records of one key) go through
+:mod:`effectlog.log.kafka.transactions` instead: librdkafka may split even one
+``produce_batch`` call into several record batches, which a writer killed in between leaves
+half written (``tests/integration/test_kafka_atomic_append.py`` shows it with Kafka's own
+``DumpLogSegments``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from effectlog.errors import BackendUnavailable, InvalidInput
+from effectlog.log.base import Position
+from effectlog.log.kafka.partitioner import murmur2_partition
+from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
+
+log = logging.getLogger(__name__)
+
+#: What makes an append durable and its partition computable: never overridable.
+INVARIANTS = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
+REPORT_SLACK_S = 5.0  # how long past message.timeout.ms we wait for a delivery report
+_TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE)
+
+
+def error_text(exc: BaseException | KafkaError) -> str:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    return err.str() if isinstance(err, KafkaError) else str(err)
+
+
+def producer_config(settings: KafkaSettings) -> ClientConfig:
+    """librdkafka settings of the appending producer (see README "Kafka settings")."""
+    timeout_ms = max(1000, int(settings.timeout_s * 1000))
+    return {**settings.client_config(),
+            "linger.ms": settings.linger_ms,  # appends are synchronous: send at once
+            "socket.nagle.disable": True,  # small requests on loopback: no 40 ms Nagle stalls
+            "message.timeout.ms": timeout_ms,
+            "request.timeout.ms": min(timeout_ms, 30000),
+            "allow.auto.create.topics": False,
+            **INVARIANTS}
+
+
+class Delivery:
+    """Collects the delivery reports of one append call; ``wait`` returns after the last.
+
+    Reports arrive on the producer's poll thread; ``itertools.count`` is an atomic counter
+    under the GIL, and a plain lock, held until the last report, is the cheapest latch.
+    """
+
+    __slots__ = ("_latch", "_reported", "_total", "errors", "positions", "topic")
+
+    def __init__(self, topic: str, count: int) -> None:
+        self.topic = topic
+        self.positions: list[Position | None] = [None] * count
+        self.errors: list[KafkaError] = []
+        self._total = count
+        self._reported = itertools.count(1)
+        self._latch = threading.Lock()
+        if count:
+            self._latch.acquire()
+
+    def report(self, index: int, err: KafkaError | None, msg: Message) -> None:
+        partition, offset = msg.partition(), msg.offset()
+        if err is None and partition is not None and offset is not None and offset >= 0:
+            self.positions[index] = Position(self.topic, partition, offset)
+        else:
+            self.errors.append(err or KafkaError(KafkaError._FAIL, "delivery report without offset"))
+        if next(self._reported) == self._total:
+            self._latch.release()
+
+    def wait(self, timeout: float) -> bool:
+        """True once every report arrived; False after ``timeout`` seconds."""
+        return not self._total or self._latch.acquire(timeout=timeout)
+
+
+class AppendProducer:
+    """A confluent Producer, the daemon thread serving its callbacks, and durable appends.
+
+    ``stale`` is set after a failed delivery or a fatal error: the owner replaces the
+    producer (the broker may no longer know its producer id).
+    """
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.stale = False
+        self.producer = Producer({**producer_config(settings), "error_cb": self._on_error})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="effectlog-kafka-poll",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self.stale = True
+            log.error("kafka producer fatal error: %s", err.str())
+        else:
+            log.debug("kafka producer error: %s", err.str())
+
+    def unavailable(self, detail: str) -> BackendUnavailable:
+        return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
+
+    def append(self, name: str, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Produce ``items`` to topic ``name`` and wait for every delivery report."""
+        delivery = Delivery(topic, len(items))
+        produce, partitions = self.producer.produce, self.settings.partitions
+        budget = self.settings.timeout_s
+        for index, (key, value) in enumerate(items):
+            encoded = key.encode("utf-8")
+            callback = functools.partial(delivery.report, index)
+            partition = murmur2_partition(encoded, partitions)
+            stalled = time.monotonic() + budget
+            while True:
+                try:
+                    produce(name, value, encoded, partition=partition, on_delivery=callback)
+                    break
+                except BufferError:  # local queue full: let deliveries drain it
+                    if time.monotonic() > stalled:
+                        self.stale = True
+                        raise self.unavailable(f"producer queue stayed full for {budget}s") from None
+                    self.producer.poll(0.05)
+                except KafkaException as exc:
+                    raise self._failed(name, [exc.args[0]], len(items)) from None
+        if not delivery.wait(budget + REPORT_SLACK_S):
+            self.stale = True
+            raise self.unavailable(f"no delivery report for {name} within {budget}s; "
+                                   "the append may or may not be durable")
+        if delivery.errors:
+            raise self._failed(name, delivery.errors, len(items))
+        return [p for p in delivery.positions if p is not None]
+
+    def _failed(self, name: str, errors: list[KafkaError], total: int) -> Exception:
+        first = errors[0]
+        if isinstance(first, KafkaError) and first.code() in _TOO_LARGE:
+            return InvalidInput(f"record too large for kafka topic {name}: {first.str()}")
+        self.stale = True
+        return self.unavailable(f"{len(errors)} of {total} records to {name} not delivered: "
+                                f"{error_text(first)}")
+
+    def close(self, timeout: float) -> int:
+        """Stop polling and flush; returns how many records were left undelivered."""
+        self._stop.set()
+        self._thread.join()
+        return self.producer.flush(timeout)
