@@ -35,6 +35,7 @@ logger = logging.getLogger("effectlog.worker")
 
 R = TypeVar("R")
 T = Transition
+MAX_WORKER_ID = 200
 RACE_RETRIES = 5
 MAX_WORKER_ID = 200  # characters of a worker id or an approval's --by
 OPEN_FOR_DISPATCH = frozenset({State.CREATED, State.RESERVED})
