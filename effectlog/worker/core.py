@@ -37,7 +37,6 @@ R = TypeVar("R")
 T = Transition
 MAX_WORKER_ID = 200
 RACE_RETRIES = 5
-MAX_WORKER_ID = 200  # characters of a worker id or an approval's --by
 OPEN_FOR_DISPATCH = frozenset({State.CREATED, State.RESERVED})
 
 
