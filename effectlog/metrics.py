@@ -3,7 +3,8 @@
 Each :class:`Metrics` owns its registry (no global state). Counters are bumped by this
 process's reconciler as it works; gauges are refreshed by :meth:`Metrics.observe` from the
 projection (whose counters cover every worker's events and survive restarts) and the log.
-:class:`MetricsServer` serves ``/metrics`` and ``/healthz``.
+:class:`MetricsServer` serves ``/metrics`` (refreshing the gauges first, so its lag is the
+one ``/healthz`` reports at that moment) and ``/healthz``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ logger = logging.getLogger(__name__)
 
 #: A health probe: (healthy, details) where details are shown as JSON.
 HealthCheck = Callable[[], tuple[bool, dict[str, object]]]
+
+
+def projector_lag(end_offsets: Mapping[int, int], next_offsets: Mapping[int, int]) -> int:
+    """Events written to the log but not yet projected, over all partitions."""
+    return sum(max(0, end - next_offsets.get(p, 0)) for p, end in end_offsets.items())
 
 
 #: Gauge label -> the projection's counter (see projections.partition.event_metrics).
@@ -65,8 +71,7 @@ class Metrics:
         for name, value in counts.items():
             if name.startswith("rejected:"):
                 self.rejected.labels(reason=name.split(":", 1)[1]).set(value)
-        self.projector_lag.set(sum(max(0, end - next_offsets.get(p, 0))
-                                   for p, end in end_offsets.items()))
+        self.projector_lag.set(projector_lag(end_offsets, next_offsets))
         for kind, label in _PROJECTED.items():
             self.projected.labels(kind=kind).set(counts.get(label, 0))
 
@@ -76,11 +81,15 @@ class Metrics:
 
 
 class MetricsServer:
-    """``/metrics`` and ``/healthz`` on a background thread; ``close`` stops it."""
+    """``/metrics`` and ``/healthz`` on a background thread; ``close`` stops it.
+
+    ``refresh``, when given, runs before each ``/metrics`` answer (it calls
+    :meth:`Metrics.observe`), so gauges are as fresh as the health probe.
+    """
 
     def __init__(self, metrics: Metrics, health: HealthCheck, host: str = "127.0.0.1",
-                 port: int = 9464) -> None:
-        handler = _handler(metrics, health)
+                 port: int = 9464, refresh: Callable[[], None] | None = None) -> None:
+        handler = _handler(metrics, health, refresh)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics",
@@ -101,11 +110,17 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def _handler(metrics: Metrics, health: HealthCheck) -> type[BaseHTTPRequestHandler]:
+def _handler(metrics: Metrics, health: HealthCheck,
+             refresh: Callable[[], None] | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
+                if refresh is not None:
+                    try:
+                        refresh()
+                    except Exception as exc:  # serve the last figures, whatever broke
+                        logger.warning("metrics refresh failed: %s", exc)
                 self._send(200, CONTENT_TYPE_LATEST, metrics.render())
             elif path == "/healthz":
                 try:

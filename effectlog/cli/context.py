@@ -6,6 +6,8 @@ import errno
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -23,6 +25,8 @@ EXIT_INTERNAL = 1
 #: OS errors that mean the path given is unusable as written (exit 2); others are exit 4.
 _BAD_PATH = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EINVAL,
                        errno.ELOOP, errno.EEXIST})
+#: Seconds a command waits for the log (the Kafka broker) before it fails with exit 4.
+DEFAULT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -31,9 +35,11 @@ class CliContext:
 
     log_url: str
     state_dir: str
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
-    def checked(cls, log_url: str, state_dir: str) -> CliContext:
+    def checked(cls, log_url: str, state_dir: str,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> CliContext:
         """The context, once the global options are usable as a URL and a path."""
         if not state_dir.strip() or "\x00" in state_dir:
             raise click.BadParameter("must be a directory path", param_hint="--state")
@@ -42,7 +48,7 @@ class CliContext:
         for hint, value in (("--state", state_dir), ("--log", log_url)):  # e.g. from the env
             if not _utf8(value):
                 raise click.BadParameter("is not valid UTF-8", param_hint=hint)
-        return cls(log_url=log_url, state_dir=state_dir)
+        return cls(log_url=log_url, state_dir=state_dir, timeout_s=timeout_s)
 
     def open_log(self, *, create: bool = False, against_state: bool = True) -> EventLog:
         """The log, never created unless ``create`` and no state claims another one; with
@@ -50,8 +56,46 @@ class CliContext:
         (see :mod:`effectlog.cli.log_guard`)."""
         from effectlog.cli.log_guard import open_checked
 
-        return open_checked(self.log_url, self.state_dir, create=create,
-                            against_state=against_state)
+        log = open_checked(self.log_url, self.state_dir, create=create,
+                           against_state=against_state)
+        if is_kafka(self.log_url):  # reach the broker first, the same way for every command
+            from effectlog.log.base import EVENTS
+
+            try:
+                with waiting(f"reaching {log.url} (up to {self.timeout_s:g}s)"):
+                    log.end_offsets(EVENTS)
+            except BaseException:
+                log.close()
+                raise
+        return log
+
+
+def is_kafka(log_url: str) -> bool:
+    return log_url.lower().startswith("kafka")
+
+
+def with_timeout(log_url: str, seconds: float) -> str:
+    """``log_url`` with its Kafka ``timeout_s`` parameter set to ``seconds``; other logs'
+    URLs unchanged."""
+    if not is_kafka(log_url):
+        return log_url
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(log_url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "timeout_s"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("timeout_s", f"{seconds:g}")])))
+
+
+@contextmanager
+def waiting(text: str) -> Iterator[None]:
+    """A rich spinner with ``text`` on stderr while the block runs (on a terminal only)."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(text):
+        yield
 
 
 def emit_json(value: Any) -> None:
@@ -123,7 +167,7 @@ def run_guarded(command: click.Command, argv: list[str] | None = None) -> NoRetu
             fail(f"argument {arg.encode('utf-8', 'backslashreplace').decode()!r} is not "
                  "valid UTF-8", EXIT_USAGE)
     try:
-        code = command.main(args=argv, standalone_mode=False)
+        code = command.main(args=argv, prog_name="effectlog", standalone_mode=False)
         sys.stdout.flush()
     except click.exceptions.Abort:
         fail("aborted", 130)

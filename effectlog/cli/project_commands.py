@@ -140,7 +140,7 @@ def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice
 def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: bool) -> None:
     """Build a fresh projection from the whole log beside the current one, then swap it in.
 
-    The current projection stays readable until the swap; a running ``project`` follows it.
+    The current projection stays readable until the swap; a running project follows it.
     """
     from consumers.bookkeeping import adopt_log
     from effectlog.cli.log_guard import projection_claims

@@ -106,6 +106,8 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
     consumer = RecoveryConsumer(log, reader, ledger, settings)
     try:
         if not once:
+            click.echo(f"effectlog recover: a pass every {settings.poll_s:g}s until SIGTERM "
+                       "(--once for one pass)", err=True)
             consumer.run(stop_on_signals())
             return
         result = consumer.run_once()
@@ -147,13 +149,19 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     policy = approval_policy(auto_retry, allow_risky)
     settings = ReconcilerSettings(policy=policy) if worker_id is None else \
         ReconcilerSettings(worker_id=worker_id, policy=policy)
-    log = obj.open_log()  # refused before the provider (a file, for fake://) is touched
-    log.verify()
-    provider = load_provider(provider_spec)
+    log = obj.open_log()  # first: a wrong or unreachable log leaves no provider file behind
+    try:
+        log.verify()
+        provider = load_provider(provider_spec)
+    except BaseException:
+        log.close()
+        raise
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
     reconciler = Reconciler(log, provider, offsets, settings)
     try:
         if not once:
+            click.echo("effectlog reconcile: settling commands as they come until SIGTERM "
+                       "(--once for those there are now)", err=True)
             reconciler.run(stop_on_signals())
             return
         handled = reconciler.run_once()

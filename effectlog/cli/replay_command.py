@@ -109,7 +109,7 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     topic, histories whose start was compacted away show as missing_create).
 
     Exit status: 0 when the history is clean, 3 when there are violations, 1 when --key
-    has no events, 2 for bad options or a missing log, 4 when the log cannot be read.
+    has no events (in the window), 2 for bad options or a missing log, 4 when the log cannot be read.
     """
     try:
         selection = ReplayFilter(key=key, since_ms=since, until_ms=until)
@@ -136,6 +136,8 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     finally:
         log.close()
     summary = run.summary
+    if key is not None and not summary.records:
+        fail(f"no events for key {key}", EXIT_NOT_FOUND)
     if as_json:
         click.echo(json.dumps(summary.to_json(), sort_keys=True), err=out == "-")
     else:

@@ -26,7 +26,7 @@ from effectlog.cli.recovery_commands import (
 from effectlog.redact import redact_url
 
 if TYPE_CHECKING:
-    from effectlog.metrics import Metrics
+    from effectlog.metrics import Metrics, MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -55,50 +55,38 @@ def _join(threads: list[threading.Thread], within_s: float) -> list[str]:
     return [t.name for t in threads if t.is_alive()]
 
 
-def _health(obj: CliContext) -> Callable[[], tuple[bool, dict[str, object]]]:
-    """Healthy when the log's end offsets can be read and the projection opens."""
-    def check() -> tuple[bool, dict[str, object]]:
-        from effectlog.log.base import EVENTS
-        from projections import open_reader
+def _probe(obj: CliContext) -> tuple[dict[str, int], dict[int, int], dict[int, int], bool]:
+    """Fresh figures for /healthz and /metrics alike: projection counts, the log's end
+    offsets, the projected offsets, and whether a projection exists."""
+    from effectlog.log import open_log
+    from effectlog.log.base import EVENTS
+    from projections import open_reader
 
-        details: dict[str, object] = {}
-        log = obj.open_log()
-        try:
-            details["log_end_offsets"] = log.end_offsets(EVENTS)
-        finally:
-            log.close()
-        reader = open_reader(obj.state_dir)
-        try:
-            details["projection"] = reader.exists
-            details["projected_offsets"] = reader.next_offsets()
-        finally:
-            reader.close()
-        return bool(details["projection"]), details
-    return check
+    log = open_log(obj.log_url)
+    try:
+        ends = log.end_offsets(EVENTS)
+    finally:
+        log.close()
+    reader = open_reader(obj.state_dir)
+    try:
+        return reader.counts(), ends, reader.next_offsets(), reader.exists
+    finally:
+        reader.close()
 
 
-def _observe(obj: CliContext, metrics: Metrics, every_s: float) -> Callable[[threading.Event], None]:
-    """Refresh the gauges (unresolved UNKNOWN, rejections, projector lag) periodically."""
-    def body(stop: threading.Event) -> None:
-        from effectlog.errors import EffectlogError
-        from effectlog.log.base import EVENTS
-        from projections import open_reader
+def metrics_server(obj: CliContext, metrics: Metrics, host: str, port: int) -> MetricsServer:
+    """``/healthz`` (healthy when the log's end offsets can be read and the projection
+    opens) and ``/metrics``, both answered from a fresh :func:`_probe`, so the lag
+    ``/metrics`` shows is the one ``/healthz`` reports."""
+    from effectlog.metrics import MetricsServer, projector_lag
 
-        log = obj.open_log()
-        reader = open_reader(obj.state_dir, "secondary")
-        try:
-            while not stop.is_set():
-                try:
-                    reader.refresh()
-                    metrics.observe(reader.counts(), log.end_offsets(EVENTS),
-                                    reader.next_offsets())
-                except EffectlogError as exc:
-                    logger.warning("metrics refresh failed: %s", exc)
-                stop.wait(every_s)
-        finally:
-            reader.close()
-            log.close()
-    return body
+    def health() -> tuple[bool, dict[str, object]]:
+        _, ends, nexts, exists = _probe(obj)
+        return exists, {"log_end_offsets": ends, "projection": exists,
+                        "projected_offsets": nexts, "projector_lag": projector_lag(ends, nexts)}
+
+    return MetricsServer(metrics, health, host, port,
+                         refresh=lambda: metrics.observe(*_probe(obj)[:3]))
 
 
 @click.command()
@@ -122,7 +110,7 @@ def serve(obj: CliContext, provider_spec: str | None, metrics_port: int, metrics
     from consumers.providers import load_provider
     from consumers.reconciler import Reconciler, ReconcilerSettings
     from consumers.recovery import RecoveryConsumer
-    from effectlog.metrics import Metrics, MetricsServer
+    from effectlog.metrics import Metrics
     from projections import open_reader
     from projections.projector import Projector
 
@@ -137,7 +125,7 @@ def serve(obj: CliContext, provider_spec: str | None, metrics_port: int, metrics
     reader = open_reader(obj.state_dir, "secondary")
     ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
-    server = MetricsServer(metrics, _health(obj), metrics_host, metrics_port).start()
+    server = metrics_server(obj, metrics, metrics_host, metrics_port).start()
 
     def project(s: threading.Event) -> None:
         projector.run(stop=s)
@@ -148,7 +136,6 @@ def serve(obj: CliContext, provider_spec: str | None, metrics_port: int, metrics
     threads = [
         _loop("recovery", stop, RecoveryConsumer(logs[1], reader, ledger, settings,
                                                  metrics=metrics).run, stop, failed),
-        _loop("metrics", stop, _observe(obj, metrics, max(settings.poll_s, 1.0)), stop, failed),
     ]
     view = None
     if provider is not None:
