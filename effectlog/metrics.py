@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 HealthCheck = Callable[[], tuple[bool, dict[str, object]]]
 
 
-#: Gauge label -> the projection's counter (see projections.partition.event_metrics).
+#: Gauge label -> the projection's counter (see projections.rocksdb.writer.event_metrics).
 _PROJECTED = {
     "attempts": "metric:attempts", "confirmed_effects": "metric:confirmed_effects",
     "reconciled": "metric:reconciled", "failed": "metric:recorded:failed",

@@ -15,7 +15,7 @@ import click
 from effectlog.cli.context import EXIT_NOT_FOUND, CliContext, emit_json, fail
 
 if TYPE_CHECKING:
-    from projections.rocksdb import RocksProjectionReader
+    from projections.rocksdb.reader import RocksProjectionReader
 
 STATES = ("CREATED", "RESERVED", "DISPATCHED", "UNKNOWN", "AWAITING_APPROVAL", "SUCCEEDED",
           "FAILED", "ABANDONED")
@@ -124,7 +124,7 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
 
 def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
           limit: int) -> list[tuple[int, dict[str, Any]]]:
-    from projections.snapshot import snapshot_json
+    from projections.rocksdb.snapshot import snapshot_json
 
     return [(at, snapshot_json(raw)) for at, _, raw in reader.scan_raw(state, cutoff, limit)]
 

@@ -28,7 +28,7 @@ def test_sqlite_log_directory_is_0700_even_with_umask_0(tmp_path: Path, open_uma
 
 
 def test_projection_generations_are_0700_even_with_umask_0(tmp_path: Path, open_umask: None) -> None:
-    layout = pytest.importorskip("projections.layout")
+    layout = pytest.importorskip("projections.rocksdb.layout")
     state = tmp_path / "state"
     generation = layout.ensure_generation(state)
     assert mode(generation) == 0o700

@@ -26,7 +26,7 @@ from effectlog.model import STUCK, now_ms
 from effectlog.provider import Provider
 from projections import open_reader
 from projections.projector import Projector
-from projections.rocksdb import RocksProjectionReader
+from projections.rocksdb.reader import RocksProjectionReader
 from projections.view import ProjectionView
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ import os
 import struct
 from typing import cast
 
-from projections import layout
-from projections.rocksdb import CLOCK_PREFIX, COLUMN_FAMILIES, METADATA, open_partition
+from projections.rocksdb import layout
+from projections.rocksdb.db import CLOCK_PREFIX, COLUMN_FAMILIES, METADATA, open_partition
 
 
 def projection_digest(state_dir: str | os.PathLike[str]) -> str:
