@@ -52,7 +52,7 @@ def keys_on(partition: int, count: int, wanted: int = 1) -> list[int]:
     """Effect numbers whose keys land on ``partition`` of ``count`` (Kafka's murmur2)."""
     from effectlog.log.kafka_settings import murmur2_partition
 
-    found = []
+    found: list[int] = []
     n = 0
     while len(found) < wanted:
         key = lifecycle(n)[0].idempotency_key
