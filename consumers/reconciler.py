@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +63,12 @@ class Reconciler:
 
     def __init__(self, log: EventLog, provider: Provider, offsets: OffsetStore,
                  settings: ReconcilerSettings | None = None, *, view: StateView | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 partitions: Callable[[], Iterable[int]] | None = None) -> None:
         self.log = log
+        # Commands are keyed like events, so command partition N belongs to the process
+        # that owns events partition N (``partitions`` lists those; default: all).
+        self.partitions = partitions
         self.provider = provider
         self.offsets = offsets
         self.settings = settings or ReconcilerSettings()
@@ -76,7 +81,9 @@ class Reconciler:
         """Handle every command not consumed yet; the offset is committed after each."""
         done: list[Handled] = []
         stored = self.offsets.get(COMMANDS)
-        for partition in range(self.log.partitions(COMMANDS)):
+        mine = range(self.log.partitions(COMMANDS)) if self.partitions is None \
+            else self.partitions()
+        for partition in mine:
             offset = stored.get(partition, 0)
             while True:
                 records = self.log.read(COMMANDS, partition, offset, self.settings.batch, timeout)

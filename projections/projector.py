@@ -238,8 +238,9 @@ class Projector:
         """Project until ``stop`` is set; with ``once`` (and no ``source``) until the end
         offsets seen at the start are reached. A stop request takes effect between batches.
 
-        ``source`` (e.g. a consumer group) decides the assignment; by default the fixed
-        assignment is read with positioned reads.
+        ``source`` (e.g. a consumer group) decides the assignment; the caller has started
+        it with a listener that hands assignments on to :meth:`assigned` / :meth:`revoked`.
+        By default the fixed assignment is read with positioned reads.
         """
         stop = stop or threading.Event()
         if source is None:
@@ -247,7 +248,6 @@ class Projector:
             ends = self.log.end_offsets(EVENTS)
             source = self.source(until=ends if once else None)
         else:
-            source.start(self)
             ends = {}
         progress = Progress(ends={p: n for p, n in ends.items() if p in self._writers},
                             next_offsets=self.next_offsets() if self._writers else {})

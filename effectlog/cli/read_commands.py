@@ -17,8 +17,7 @@ from effectlog.cli.context import EXIT_NOT_FOUND, CliContext, emit_json, fail
 if TYPE_CHECKING:
     from projections.rocksdb.reader import RocksProjectionReader
 
-STATES = ("CREATED", "RESERVED", "DISPATCHED", "UNKNOWN", "AWAITING_APPROVAL", "SUCCEEDED",
-          "FAILED", "ABANDONED")
+from effectlog.stats import STATES
 
 
 def _older_than_ms(text: str) -> int:
@@ -150,25 +149,10 @@ def stats(obj: CliContext, as_json: bool) -> None:
             for p, lag in figures["lag"].items()])
 
 
-def effect_metrics(counts: dict[str, int]) -> dict[str, int]:
-    """Attempts, confirmed effects, reconciliations, unresolved UNKNOWN and rejected events,
-    kept apart (the projector counts them from accepted events)."""
-    return {
-        "attempts (dispatches)": counts.get("metric:attempts", 0),
-        "confirmed provider effects": counts.get("metric:confirmed_effects", 0),
-        "failed outcomes": counts.get("metric:recorded:failed", 0),
-        "reconciled by lookup": counts.get("metric:reconciled", 0),
-        "approved retries": counts.get("metric:decisions:retry", 0),
-        "abandoned": counts.get("metric:decisions:abandon", 0),
-        "unresolved UNKNOWN": counts.get("state:UNKNOWN", 0)
-        + counts.get("state:AWAITING_APPROVAL", 0),
-        "rejected events": sum(n for label, n in counts.items() if label.startswith("rejected:")),
-    }
-
-
 def collect_stats(obj: CliContext) -> dict[str, Any]:
     """The figures ``stats`` shows; other sections (metrics) can be added to the dict."""
     from effectlog.log.base import EVENTS
+    from effectlog.stats import stats_figures
 
     reader = _reader(obj, ("offsets", "metadata"))
     try:
@@ -181,16 +165,4 @@ def collect_stats(obj: CliContext) -> dict[str, Any]:
         ends = log.end_offsets(EVENTS)
     finally:
         log.close()
-    states = {name: counts.get(f"state:{name}", 0) for name in STATES}
-    rejected = {label.split(":", 1)[1]: n for label, n in counts.items()
-                if label.startswith("rejected:")}
-    return {
-        "states": states,
-        "metrics": effect_metrics(counts),
-        "rejected": rejected,
-        "rejected_total": sum(rejected.values()),
-        "end_offsets": {str(p): n for p, n in ends.items()},
-        "next_offsets": {str(p): n for p, n in nexts.items()},
-        "lag": {str(p): max(0, n - nexts.get(p, 0)) for p, n in ends.items()},
-        "projection": str(obj.state_dir),
-    }
+    return stats_figures(counts, nexts, ends, str(obj.state_dir))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from effectlog.errors import BackendUnavailable
@@ -53,6 +53,11 @@ class RocksProjectionStore(ProjectionStore):
         if writer is not None:
             writer.close()
 
+    @property
+    def partition_count(self) -> int:
+        """Partitions of the events topic, as the last writer opened was told."""
+        return self._partitions
+
     def writers(self) -> dict[int, RocksPartitionWriter]:
         """The partitions open for writing, by number."""
         with self._lock:
@@ -62,8 +67,11 @@ class RocksProjectionStore(ProjectionStore):
         current = layout.current_generation(self.state_dir)
         return self.generation is not None and current is not None and current != self.generation
 
-    def reader(self, partition_for: Partitioner | None = None) -> StoreReader:
-        return StoreReader(self, partition_for)
+    def reader(self, partition_for: Partitioner | None = None,
+               visible: Callable[[], Collection[int]] | None = None) -> StoreReader:
+        """A reader of the open partitions; ``visible`` narrows them (e.g. to those a
+        node serves, leaving out partitions still restoring)."""
+        return StoreReader(self, partition_for, visible)
 
     def close(self) -> None:
         for partition in list(self.writers()):
@@ -71,24 +79,34 @@ class RocksProjectionStore(ProjectionStore):
 
 
 class StoreReader(PartitionReads):
-    """Reads the partitions a :class:`RocksProjectionStore` has open for writing."""
+    """Reads the partitions a :class:`RocksProjectionStore` has open for writing (those
+    ``visible`` returns, when given)."""
 
-    def __init__(self, store: RocksProjectionStore, partition_for: Partitioner | None) -> None:
+    def __init__(self, store: RocksProjectionStore, partition_for: Partitioner | None,
+                 visible: Callable[[], Collection[int]] | None = None) -> None:
         self.store = store
         self._partition_for = partition_for
+        self._visible = visible
+
+    def _writers(self) -> dict[int, RocksPartitionWriter]:
+        writers = self.store.writers()
+        if self._visible is None:
+            return writers
+        shown = self._visible()
+        return {p: w for p, w in writers.items() if p in shown}
 
     @property
     def exists(self) -> bool:
-        return bool(self.store.writers())
+        return bool(self._writers())
 
     def partition_of(self, key: str) -> int:
         if self._partition_for is None:
-            self._partition_for = default_partitioner(self.store._partitions)
+            self._partition_for = default_partitioner(self.store.partition_count)
         return self._partition_for(key)
 
     def _opened(self) -> Mapping[int, PartitionDB]:
-        return {p: w.handle for p, w in self.store.writers().items()}
+        return {p: w.handle for p, w in self._writers().items()}
 
     def _one(self, partition: int) -> PartitionDB | None:
-        writer = self.store.writers().get(partition)
+        writer = self._writers().get(partition)
         return None if writer is None else writer.handle
