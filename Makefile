@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+KAFKA_BOOTSTRAP_FILE := .effectlog/kafka/bootstrap
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo demo-kafka test lint typecheck unit bench clean kafka-up kafka-down
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +16,17 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/effectlog --log sqlite:///.effectlog/demo/log.db --state .effectlog/demo/state demo
+
+# Apache Kafka 4.x from Maven Central jars (no Docker): KAFKA_PORT=9092 make kafka-up
+kafka-up: $(STAMP)
+	$(PY) -m tools.kafka up
+
+kafka-down: $(STAMP)
+	$(PY) -m tools.kafka down
+
+demo-kafka: kafka-up
+	$(VENV)/bin/effectlog --log "kafka://$$(cat $(KAFKA_BOOTSTRAP_FILE))?prefix=demo$$(date +%s)" \
+		--state .effectlog/demo-kafka/state demo
 
 test: $(STAMP) lint typecheck
 	$(PY) -m pytest -ra

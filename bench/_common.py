@@ -33,19 +33,17 @@ def median(samples: list[float]) -> float:
 
 @contextlib.contextmanager
 def kafka_bootstrap() -> Iterator[str | None]:
-    """EFFECTLOG_BENCH_KAFKA, else a private tansu broker, else None (Kafka part skipped)."""
+    """EFFECTLOG_BENCH_KAFKA (or EFFECTLOG_TEST_KAFKA), else a private Apache Kafka started from
+    the Maven jars (tools/kafka), else None (the Kafka part is skipped)."""
     configured = os.environ.get("EFFECTLOG_BENCH_KAFKA") or os.environ.get("EFFECTLOG_TEST_KAFKA")
     if configured:
         yield configured
         return
+    from tools.kafka.broker import BrokerError, running_broker
+
     try:
-        from tests.kafka_broker import tansu_broker
-    except ImportError:
-        yield None
-        return
-    try:
-        with tansu_broker() as broker:
+        with running_broker() as broker:
             yield broker.bootstrap
-    except RuntimeError as exc:
+    except BrokerError as exc:
         print(f"no Kafka broker for the benchmark: {exc}", file=sys.stderr)
         yield None

@@ -197,8 +197,7 @@ def bench_kafka(bootstrap: str, events: int, thread_counts: tuple[int, ...],
     produce the same bytes in the worker's write pattern, effectlog threads run
     ``Worker.perform``.
     """
-    from effectlog.log.kafka import KafkaLog, KafkaSettings
-    from effectlog.log.kafka_admin import create_topics
+    from effectlog.log.kafka import KafkaLog, KafkaSettings, create_topics
 
     url = f"kafka://{bootstrap}?prefix=bench{uuid.uuid4().hex[:8]}"
     settings = KafkaSettings.from_url(url)

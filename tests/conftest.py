@@ -22,8 +22,7 @@ def kafka_bootstrap() -> Iterator[str]:
 @pytest.fixture
 def kafka_url(kafka_bootstrap: str) -> str:
     """A ``kafka://`` URL with a prefix of its own, its topics created, so tests share no data."""
-    from effectlog.log.kafka import KafkaSettings
-    from effectlog.log.kafka_admin import create_topics
+    from effectlog.log.kafka import KafkaSettings, create_topics
 
     url = f"kafka://{kafka_bootstrap}?prefix=t{uuid.uuid4().hex[:12]}"
     create_topics(KafkaSettings.from_url(url))

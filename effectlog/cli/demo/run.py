@@ -96,8 +96,7 @@ def prepare(log_url: str, state_dir: str) -> tuple[DemoPaths, list[Path]]:
 
 
 def _fresh_kafka_prefix(url: str) -> str:
-    from effectlog.log.kafka import KafkaSettings
-    from effectlog.log.kafka_admin import create_topics
+    from effectlog.log.kafka import KafkaSettings, create_topics
 
     prefix = f"{KafkaSettings.from_url(url).prefix}-demo-{int(time.time() * 1000)}"
     parts = urlsplit(url)

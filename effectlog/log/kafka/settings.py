@@ -1,14 +1,9 @@
-"""Settings of the Kafka event log, parsed once from its URL, and Kafka's key hash.
-
-``murmur2`` is the Java client's partitioner hash, so any process (the CLI included) can
-compute a key's partition without a broker.
-"""
+"""Settings of the Kafka event log, parsed once from its URL (a frozen dataclass)."""
 
 from __future__ import annotations
 
 import logging
 import re
-import struct
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,31 +23,6 @@ DAY_MS = 24 * 3600 * 1000
 ClientConfig = dict[str, Any]
 _SCHEMES = {"kafka": None, "kafka+ssl": "SSL", "kafka+sasl": "SASL_SSL"}
 _CLIENT_LOG = logging.getLogger("effectlog.log.kafka.librdkafka")
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (the Java client's ``Utils.murmur2``) as a signed 32-bit int."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    whole = length - length % 4
-    for (k,) in struct.iter_unpack("<I", data[:whole]):
-        k = (k * m) & mask
-        k ^= k >> 24
-        h = ((h * m) & mask) ^ ((k * m) & mask)
-    tail = data[whole:]
-    if tail:
-        h ^= int.from_bytes(tail, "little")
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition the Java default partitioner (and ``murmur2_random``) picks for ``key``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def _read_properties(path: str) -> tuple[tuple[str, str], ...]:

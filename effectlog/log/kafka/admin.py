@@ -22,7 +22,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
 from effectlog.log.base import COMMANDS, EVENTS, TOPICS
-from effectlog.log.kafka import KafkaSettings
+from effectlog.log.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,174 @@
+"""The Kafka :class:`~effectlog.log.base.EventLog`: an :class:`AppendProducer` for durable
+appends and a :class:`PartitionReader` for positioned reads, created on first use.
+
+Logical topics map to ``<prefix>.events`` (compacted) and ``<prefix>.commands``; create them
+with ``effectlog topics create``. The log never auto-creates topics: a missing topic is a
+:class:`BackendUnavailable`. Keys are placed by ``murmur2_random``, the Java client's hash, so
+``partition_for`` needs no broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+
+from confluent_kafka import KafkaException
+
+from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
+from effectlog.log.base import EventLog, Position, Record
+from effectlog.log.kafka.partitioner import murmur2_partition
+from effectlog.log.kafka.producer import AppendProducer, error_text
+from effectlog.log.kafka.reader import PartitionReader
+from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.redact import redact_url
+
+log = logging.getLogger(__name__)
+
+
+class KafkaLog(EventLog):
+    """The event log on Kafka: idempotent producer (acks=all), assign-only reader.
+
+    No network in ``__init__``. Appends from many threads share one producer and each waits
+    only for its own delivery reports; the records of one key in one append land in one
+    record batch (all or nothing for every reader). Reads share one consumer, one at a time.
+    """
+
+    compacted = True  # <prefix>.events is a compacted topic
+
+    def __init__(self, settings: KafkaSettings, url: str | None = None) -> None:
+        self.settings = settings
+        self.url = redact_url(url) if url else f"kafka://{settings.bootstrap}?prefix={settings.prefix}"
+        self._lock = threading.Lock()  # guards producer creation and replacement
+        self._read_lock = threading.Lock()  # the reader serves one thread at a time
+        self._producer: AppendProducer | None = None
+        self._reader = PartitionReader(settings)
+        self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
+
+    @classmethod
+    def from_url(cls, url: str) -> KafkaLog:
+        return cls(KafkaSettings.from_url(url), url)
+
+    def __repr__(self) -> str:
+        return f"KafkaLog({self.url!r})"
+
+    # -- port -----------------------------------------------------------------------------
+
+    def partitions(self, topic: str) -> int:
+        self.settings.topic(topic)
+        return self.settings.partitions
+
+    def partition_for(self, topic: str, key: str) -> int:
+        self.settings.topic(topic)
+        return murmur2_partition(key.encode("utf-8"), self.settings.partitions)
+
+    def append(self, topic: str, key: str, value: bytes) -> Position:
+        return self._produce(topic, ((key, value),))[0]
+
+    def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        return self._produce(topic, items)
+
+    def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
+             timeout: float = 0.0) -> list[Record]:
+        return self._read(topic, partition, offset, limit, timeout, None)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return self._ends(topic, range(self.settings.partitions))
+
+    def scan(self, topic: str, partition: int, start: int = 0,
+             end: int | None = None, batch: int = 5000) -> Iterator[Record]:
+        stop = self._ends(topic, [partition])[partition] if end is None else end
+        offset = start
+        while offset < stop:
+            records = self._read(topic, partition, offset, min(batch, stop - offset), 0.0, stop)
+            if not records:
+                return
+            for record in records:
+                if record.offset >= stop:
+                    return
+                yield record
+            offset = records[-1].offset + 1
+
+    def close(self) -> None:
+        with self._lock:
+            handle, self._producer = self._producer, None
+        if handle is not None:
+            left = handle.close(self.settings.timeout_s)
+            if left:
+                log.warning("%d records unacknowledged when closing %s", left, self.url)
+        with self._read_lock:
+            self._reader.close()
+            self._checked["reader"].clear()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _writer(self) -> AppendProducer:
+        handle = self._producer
+        if handle is not None and not handle.stale:
+            return handle  # the common case takes no lock: appenders never queue up here
+        with self._lock:
+            handle = self._producer
+            if handle is not None and handle.stale:
+                # After a failed delivery the broker may not know our producer id any more; a
+                # fresh producer gets a new one. The old one finishes other threads' in-flight
+                # records in the background.
+                threading.Thread(target=handle.close, args=(self.settings.timeout_s,),
+                                 name="effectlog-kafka-retire", daemon=True).start()
+                handle = self._producer = None
+                self._checked["writer"].clear()
+            if handle is None:
+                handle = self._producer = AppendProducer(self.settings)
+            return handle
+
+    def _check_partitions(self, name: str, found: int) -> None:
+        if found != self.settings.partitions:
+            raise Conflict(f"kafka topic {name} has {found} partitions but the log URL says "
+                           f"{self.settings.partitions}: add partitions={found} to the URL")
+
+    def _ensure_writer_topic(self, name: str, handle: AppendProducer) -> None:
+        """Check once per producer that ``name`` exists with the configured partition count
+        (asking through the producer also warms its metadata cache)."""
+        if name in self._checked["writer"]:
+            return
+        try:
+            meta = handle.producer.list_topics(name, timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            raise handle.unavailable(error_text(exc)) from None
+        topic = meta.topics.get(name)
+        if topic is None or not topic.partitions:
+            raise BackendUnavailable(f"kafka topic {name} does not exist on "
+                                     f"{self.settings.bootstrap}: create it with `effectlog topics create`")
+        if topic.error is not None:
+            raise handle.unavailable(f"topic {name}: {topic.error.str()}")
+        self._check_partitions(name, len(topic.partitions))
+        self._checked["writer"].add(name)
+
+    def _ensure_reader_topic(self, name: str) -> None:
+        if name not in self._checked["reader"]:
+            self._check_partitions(name, self._reader.check_topic(name))
+            self._checked["reader"].add(name)
+
+    def _produce(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        name = self.settings.topic(topic)
+        if not items:
+            return []
+        handle = self._writer()
+        self._ensure_writer_topic(name, handle)
+        return handle.append(name, topic, items)
+
+    def _read(self, topic: str, partition: int, offset: int, limit: int, timeout: float,
+              end: int | None) -> list[Record]:
+        name = self.settings.topic(topic)
+        if not 0 <= partition < self.settings.partitions:
+            raise InvalidInput(f"{name} has no partition {partition}")
+        if limit <= 0:
+            return []
+        with self._read_lock:
+            self._ensure_reader_topic(name)
+            return self._reader.read(topic, name, partition, max(offset, 0), limit, timeout, end)
+
+    def _ends(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        name = self.settings.topic(topic)
+        with self._read_lock:
+            self._ensure_reader_topic(name)
+            return self._reader.end_offsets(name, list(partitions))

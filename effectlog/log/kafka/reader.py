@@ -1,0 +1,179 @@
+"""Positioned reads and end offsets on Kafka, over one assign-only consumer (never a group).
+
+End offsets come from one ListOffsets request for all partitions (``offsets_for_times`` with
+the "latest" sentinel, at the consumer's ``read_committed`` isolation), well under a
+millisecond on loopback. A read that knows where its partition ends stops there instead of
+waiting out ``fetch.wait.max.ms``; only a read asked to wait (``timeout``) long-polls, and the
+broker answers that poll the moment a record arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as TP
+
+from effectlog.errors import BackendUnavailable
+from effectlog.log.base import Record
+from effectlog.log.kafka.producer import error_text
+from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
+
+log = logging.getLogger(__name__)
+
+_EOF = KafkaError._PARTITION_EOF
+_OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+
+
+def reader_config(settings: KafkaSettings) -> ClientConfig:
+    """librdkafka settings of the positioned reader (see README "Kafka settings")."""
+    return {
+        **settings.client_config(),
+        "group.id": f"effectlog-reader-{uuid.uuid4().hex}",  # required by librdkafka; never joined
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",  # a position outside the log is reported, not reset
+        "isolation.level": "read_committed",
+        "fetch.wait.max.ms": 100,  # how long an idle long-poll is held by the broker
+        "fetch.error.backoff.ms": 20,
+        "socket.nagle.disable": True,
+        "allow.auto.create.topics": False,
+    }
+
+
+class PartitionReader:
+    """Reads one partition at a time from a position; continues the current assignment when
+    the next read starts where the last one ended. Not thread-safe: the owner serialises."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._consumer: Consumer | None = None
+        self._cursor: tuple[str, int, int] | None = None  # assignment: (topic, partition, next)
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({
+                **reader_config(self.settings),
+                "error_cb": lambda err: log.debug("kafka consumer error: %s", err.str()),
+            })
+        return self._consumer
+
+    def unavailable(self, detail: str) -> BackendUnavailable:
+        return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
+
+    def end_offsets(self, name: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The next offset to be read at the end of each partition (one ListOffsets request)."""
+        try:
+            found = self.consumer.offsets_for_times([TP(name, p, OFFSET_END) for p in partitions],
+                                                   timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            self._cursor = None
+            raise self.unavailable(error_text(exc)) from None
+        ends = {}
+        for tp in found:
+            if tp.error is not None or tp.offset < 0:
+                detail = tp.error.str() if tp.error is not None else f"offset {tp.offset}"
+                raise self.unavailable(f"no end offset for {name}/{tp.partition}: {detail}")
+            ends[tp.partition] = tp.offset
+        return ends
+
+    def read(self, topic: str, name: str, partition: int, offset: int, limit: int,
+             timeout: float, end: int | None = None) -> list[Record]:
+        """Up to ``limit`` records from ``offset``; waits up to ``timeout`` s for the first.
+
+        ``end`` (exclusive), when the caller knows it, saves the ListOffsets request.
+        """
+        consumer = self.consumer
+        if self._cursor != (name, partition, offset):
+            consumer.assign([TP(name, partition, offset)])
+            self._cursor = (name, partition, offset)
+        if end is None:
+            end = self.end_offsets(name, [partition])[partition]
+        if offset >= end and timeout <= 0:
+            return []
+        deadline = time.monotonic() + timeout
+        silent = time.monotonic() + self.settings.timeout_s  # a broker that stopped answering
+        records: list[Record] = []
+        position = offset
+        while len(records) < limit and (position < end or not records):
+            batch = consumer.consume(limit - len(records), 0)
+            if not batch:
+                if records:
+                    break
+                now = time.monotonic()
+                if position >= end and now >= deadline:
+                    break
+                if now >= max(deadline, silent):
+                    self._cursor = None
+                    raise self.unavailable(f"no records from {name}/{partition} at {position} "
+                                           f"within {self.settings.timeout_s}s")
+                message = consumer.poll(min(0.5, max(0.001, max(deadline, silent) - now)))
+                batch = [message] if message is not None else []
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == _EOF:  # the fetch position, past any control records
+                        position = max(position, msg.offset() or 0)
+                    elif err.code() in _OUT_OF_RANGE:
+                        position = self._out_of_range(name, partition, position)
+                        if position < 0:
+                            return records
+                    else:
+                        log.debug("kafka fetch from %s/%d: %s", name, partition, err.str())
+                    continue
+                at = msg.offset()
+                if msg.topic() != name or msg.partition() != partition or at is None \
+                        or at < position:
+                    continue  # left over from an earlier assignment
+                records.append(_record(topic, partition, at, msg))
+                position = at + 1
+            self._cursor = (name, partition, position)
+        return records
+
+    def _out_of_range(self, name: str, partition: int, position: int) -> int:
+        """Where to continue after OFFSET_OUT_OF_RANGE: the log start, or -1 past the end."""
+        try:
+            low, high = self.consumer.get_watermark_offsets(TP(name, partition),
+                                                           timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            self._cursor = None
+            raise self.unavailable(error_text(exc)) from None
+        if position >= high:
+            self._cursor = None
+            return -1
+        self.consumer.assign([TP(name, partition, low)])
+        self._cursor = (name, partition, low)
+        return low
+
+    def check_topic(self, name: str) -> int:
+        """The partition count of topic ``name`` (which must exist), asked through the reader."""
+        try:
+            meta = self.consumer.list_topics(name, timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            raise self.unavailable(error_text(exc)) from None
+        topic = meta.topics.get(name)
+        if topic is None or not topic.partitions or (
+                topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise BackendUnavailable(
+                f"kafka topic {name} does not exist on {self.settings.bootstrap}: "
+                "create it with `effectlog topics create`")
+        if topic.error is not None:
+            raise self.unavailable(f"topic {name}: {topic.error.str()}")
+        return len(topic.partitions)
+
+    def close(self) -> None:
+        consumer, self._consumer, self._cursor = self._consumer, None, None
+        if consumer is not None:
+            consumer.close()
+
+
+def _record(topic: str, partition: int, offset: int, msg: Message) -> Record:
+    kind, stamp = msg.timestamp()
+    key = msg.key()
+    return Record(topic, partition, offset, key.decode("utf-8") if key else "",
+                  msg.value() or b"", stamp if kind else 0)

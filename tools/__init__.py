@@ -1,0 +1,1 @@
+"""Development tools: the Apache Kafka launcher (tools.kafka)."""

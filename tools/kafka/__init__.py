@@ -1,0 +1,1 @@
+"""Apache Kafka from Maven Central jars, without Docker: see tools.kafka.broker."""
