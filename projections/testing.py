@@ -50,7 +50,7 @@ def records(events: list[EffectEvent], partition: int = 0, start: int = 0) -> li
 
 def keys_on(partition: int, count: int, wanted: int = 1) -> list[int]:
     """Effect numbers whose keys land on ``partition`` of ``count`` (Kafka's murmur2)."""
-    from effectlog.log.kafka_settings import murmur2_partition
+    from effectlog.log.kafka.partitioner import murmur2_partition
 
     found: list[int] = []
     n = 0

@@ -54,7 +54,7 @@ def default_partitioner(count: int) -> Partitioner:
     """Kafka's default (murmur2) placement over ``count`` partitions; one partition: 0."""
     if count <= 1:
         return lambda key: 0
-    from effectlog.log.kafka_settings import murmur2_partition
+    from effectlog.log.kafka.partitioner import murmur2_partition
 
     return lambda key: murmur2_partition(key.encode("utf-8"), count)
 
