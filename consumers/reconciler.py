@@ -14,9 +14,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from consumers.bookkeeping import OffsetStore
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
@@ -36,6 +35,15 @@ from effectlog.view import StateView
 from effectlog.worker import Worker, default_worker_id
 
 logger = logging.getLogger(__name__)
+
+
+class CommandOffsets(Protocol):
+    """Where the reconciler keeps its consumed offsets (a local
+    :class:`~consumers.bookkeeping.OffsetStore`, or the consumer group's on Kafka)."""
+
+    def get(self, topic: str) -> dict[int, int]: ...
+
+    def commit(self, topic: str, partition: int, next_offset: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +69,7 @@ class Handled:
 class Reconciler:
     """Settles stuck effects; one instance per process, offsets kept in ``offsets``."""
 
-    def __init__(self, log: EventLog, provider: Provider, offsets: OffsetStore,
+    def __init__(self, log: EventLog, provider: Provider, offsets: CommandOffsets,
                  settings: ReconcilerSettings | None = None, *, view: StateView | None = None,
                  metrics: Metrics | None = None,
                  partitions: Callable[[], Iterable[int]] | None = None) -> None:

@@ -212,7 +212,8 @@ class _Api:
         if self._local(request):
             return _json(200, {"counts": counts, "positions": {str(p): n for p, n in
                                                                positions.items()}},
-                         {"Effectlog-Partitions": _list(positions)})
+                         {"Effectlog-Partitions": _list(positions),
+                          "Effectlog-Served-By": node.url})
         members = {node.url: sorted(positions)}
         for reply in await self._ask_others("/v1/stats?local=1"):
             theirs = json.loads(reply.body)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
 from consumers.node.forwarding import Membership, SoloMembership
@@ -29,7 +30,7 @@ from consumers.node.gate import PartitionGate
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.server import HttpServer
 from consumers.node.view import NodeView
-from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
+from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from effectlog.errors import BackendUnavailable, EffectlogError
 from effectlog.log import open_log
@@ -41,6 +42,9 @@ from effectlog.redact import redact_url
 from projections.projector import Projector, ProjectorSettings
 from projections.rocksdb.snapshot import snapshot_json
 from projections.rocksdb.store import RocksProjectionStore, StoreReader
+
+if TYPE_CHECKING:
+    from effectlog.log.kafka.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 C = TypeVar("C", bound="_Closable")
@@ -65,6 +69,8 @@ class NodeSettings:
     projector: ProjectorSettings = field(default_factory=ProjectorSettings)
     loops: bool = True
     observe_every_s: float = 5.0
+    session_timeout_ms: int = 10_000
+    membership_every_s: float = 2.0
 
 
 class Node:
@@ -111,22 +117,21 @@ class Node:
         self._open(self.source)
         if self.server is not None:
             self.server.start(lambda: build_app(self, self.extra_routes))
-        self.recovery = RecoveryConsumer(self.logs["work"], self.reader,
-                                         self._open(CommandLedger(consumer_db_path(
-                                             s.state_dir, "recovery"))),
-                                         s.recovery, metrics=self.metrics)
+        ledger = self._open(CommandLedger(consumer_db_path(s.state_dir, "recovery")))
+        self.recovery = RecoveryConsumer(self.logs["work"], self.reader, ledger, s.recovery,
+                                         metrics=self.metrics)
         if self.provider is not None:
-            self.reconciler = Reconciler(
-                self.logs["work"], self.provider,
-                self._open(OffsetStore(consumer_db_path(s.state_dir, "reconciler"))),
-                s.reconciler, view=NodeView(self.logs["work"], self.gate, self.reader),
-                metrics=self.metrics, partitions=self.gate.serving)
+            view = NodeView(self.logs["work"], self.gate, self.reader)
+            self.reconciler = Reconciler(self.logs["work"], self.provider,
+                                         self._command_offsets(), s.reconciler, view=view,
+                                         metrics=self.metrics, partitions=self.gate.serving)
         self._spawn("projector", self._stop_projector, self._project)
         if s.loops:
             self._spawn("recovery", self._stop, self.recovery.run)
             if self.reconciler is not None:
                 self._spawn("reconciler", self._stop, self.reconciler.run)
         self._spawn("metrics", self._stop, self._observe)
+        self._spawn("membership", self._stop, self._refresh_membership)
         logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
         return self
 
@@ -200,12 +205,45 @@ class Node:
     # -- internals -----------------------------------------------------------------------
 
     def _assignment(self) -> tuple[RecordSource, Membership]:
-        """The consumer group where the log has one, else every partition, read here."""
-        from effectlog.log.source import LogSource
+        """The consumer group where the log has one (Kafka), else every partition here."""
+        kafka = _kafka_settings(self.logs["projector"])
+        if kafka is None:
+            from effectlog.log.source import LogSource
 
-        source = LogSource(self.logs["projector"])
-        source.start(_Assignments(self))
-        return source, SoloMembership(self.url, self.partition_count)
+            source: RecordSource = LogSource(self.logs["projector"])
+            source.start(_Assignments(self))
+            return source, SoloMembership(self.url, self.partition_count)
+        from effectlog.log.kafka.group import GroupMembership, GroupSettings, GroupSource
+
+        s = self.settings
+        group = GroupSettings(s.group or f"{kafka.prefix}.serve", self.url,
+                              session_timeout_ms=s.session_timeout_ms,
+                              heartbeat_interval_ms=max(100, s.session_timeout_ms // 6))
+        group_source = GroupSource(kafka, group)
+        group_source.start(_Assignments(self))
+        return group_source, GroupMembership(kafka, group)
+
+    def _command_offsets(self) -> CommandOffsets:
+        """On a consumer group the commands offsets are the group's, so they move with the
+        partition; alone, a local file."""
+        if _kafka_settings(self.logs["projector"]) is not None:
+            from effectlog.log.kafka.group import GroupCommandOffsets, GroupSource
+
+            assert isinstance(self.source, GroupSource)
+            return GroupCommandOffsets(self.source)
+        return self._open(OffsetStore(consumer_db_path(self.settings.state_dir, "reconciler")))
+
+    def _refresh_membership(self, stop: threading.Event) -> None:
+        """Re-read who owns what every few seconds, and at once after our own rebalance."""
+        rebalanced = getattr(self.source, "rebalanced", None)
+        while not stop.is_set():
+            self.membership.refresh()
+            if isinstance(rebalanced, threading.Event):
+                if rebalanced.wait(self.settings.membership_every_s):
+                    rebalanced.clear()
+                    stop.wait(0.2)  # let the rest of the group finish the same rebalance
+            else:
+                stop.wait(self.settings.membership_every_s)
 
     def _project(self, stop: threading.Event) -> None:
         self.projector.run(source=self.source, stop=stop)
@@ -285,6 +323,16 @@ class _Assignments:
         for partition in partitions:
             self.node.gate.revoked(partition)
         self.node.projector.revoked(partitions, lost=lost)
+
+
+def _kafka_settings(log: EventLog) -> KafkaSettings | None:
+    """The settings of a Kafka log (whose backend has consumer groups), else None; other
+    logs are told apart without importing the Kafka client."""
+    kafka = sys.modules.get("effectlog.log.kafka.log")
+    if kafka is None or not isinstance(log, kafka.KafkaLog):
+        return None
+    settings: KafkaSettings = log.settings
+    return settings
 
 
 def _join(threads: list[threading.Thread], within_s: float) -> list[str]:

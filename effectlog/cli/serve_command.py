@@ -39,6 +39,8 @@ def parse_http(text: str) -> tuple[str, int]:
               help="URL the other members reach this one at (default http://HOST:PORT).")
 @click.option("--group", default=None, metavar="NAME",
               help="Consumer group of the serve instances (Kafka; default <prefix>.serve).")
+@click.option("--session-timeout", default="10s", show_default=True, metavar="DUR",
+              help="How long a silent member keeps its partitions (Kafka group session).")
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
               help="Run the reconciler against this provider (module:factory, fake:///path, "
                    "http://host:port).")
@@ -53,7 +55,7 @@ def parse_http(text: str) -> tuple[str, int]:
               help="Opt a payment*/browser* kind into --auto-retry explicitly.")
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
-          provider_spec: str | None, metrics_port: int | None, metrics_host: str | None,
+          session_timeout: str, provider_spec: str | None, metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
     """Project, recover and reconcile the partitions this instance owns, and answer the
@@ -61,13 +63,14 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     from consumers.node.node import Node, NodeSettings
     from consumers.providers import load_provider
     from consumers.reconciler import ReconcilerSettings
+    from effectlog.durations import parse_duration_ms
 
     host, port = parse_http(http)
     host, port = metrics_host or host, port if metrics_port is None else metrics_port
     recovery = recovery_settings(stuck_after, command_timeout, kind_deadlines, poll)
     settings = NodeSettings(
         state_dir=Path(obj.state_dir), http_host=host, http_port=port, advertise=advertise,
-        group=group, recovery=recovery,
+        group=group, session_timeout_ms=parse_duration_ms(session_timeout), recovery=recovery,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
         observe_every_s=max(recovery.poll_s, 1.0))
     provider = load_provider(provider_spec) if provider_spec else None
