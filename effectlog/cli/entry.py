@@ -23,6 +23,8 @@ def main() -> None:
 
 def fast_get_json(argv: list[str]) -> int | None:
     """Print one snapshot and return 0, or None to let the full CLI handle ``argv``."""
+    if os.environ.get("EFFECTLOG_SERVER"):
+        return None  # read through a serve instance: the full CLI does that
     state_dir = os.environ.get("EFFECTLOG_STATE", "./.effectlog/state")
     i = 0
     while i + 1 < len(argv) and argv[i] in ("--state", "--log"):

@@ -15,6 +15,7 @@ import click
 from effectlog.cli.context import EXIT_NOT_FOUND, CliContext, emit_json, fail
 
 if TYPE_CHECKING:
+    from effectlog.client import StateClient
     from projections.rocksdb.reader import RocksProjectionReader
 
 from effectlog.stats import STATES
@@ -34,6 +35,19 @@ def _reader(obj: CliContext, families: tuple[str, ...] | None = None) -> RocksPr
     from projections import open_reader
 
     return open_reader(obj.state_dir, families=families)
+
+
+#: ``--server URL`` of get/list/stats: read through a serve instance (comma-separated
+#: URLs fail over), instead of the local projection.
+server_option = click.option(
+    "--server", "server", envvar="EFFECTLOG_SERVER", show_envvar=True, default=None,
+    metavar="URL", help="Read through `effectlog serve` at URL (several: comma-separated).")
+
+
+def _client(server: str) -> StateClient:
+    from effectlog.client import StateClient
+
+    return StateClient(server)
 
 
 def _no_projection(obj: CliContext) -> str:
@@ -65,15 +79,20 @@ def _age(ms: int, now: int) -> str:
 @click.command()
 @click.argument("key")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+@server_option
 @click.pass_obj
-def get(obj: CliContext, key: str, as_json: bool) -> None:
+def get(obj: CliContext, key: str, as_json: bool, server: str | None) -> None:
     """Show the current state of one effect (exit 1 if the key is unknown)."""
-    reader = _reader(obj, ("state",))
-    try:
-        snapshot = reader.get_json(key)
-        exists = reader.exists
-    finally:
-        reader.close()
+    if server:
+        with _client(server) as client:
+            snapshot, exists = client.get(key).snapshot, True
+    else:
+        reader = _reader(obj, ("state",))
+        try:
+            snapshot = reader.get_json(key)
+            exists = reader.exists
+        finally:
+            reader.close()
     if snapshot is None:
         fail(f"no effect with key {key}" if exists else _no_projection(obj), EXIT_NOT_FOUND)
         return
@@ -99,20 +118,26 @@ def _show(value: Any) -> str:
               help="Only effects whose last transition is older than DUR (30s, 5m, 2h, 1d).")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of snapshots.")
+@server_option
 @click.pass_obj
 def list_effects(obj: CliContext, state: str | None, older_than: str | None, limit: int,
-                 as_json: bool) -> None:
+                 as_json: bool, server: str | None) -> None:
     """List effects by state and age, oldest first: a range scan over the state/time index."""
     now = int(time.time() * 1000)
     cutoff = now - _older_than_ms(older_than) if older_than is not None else None
-    states = [state.upper()] if state else list(STATES)
-    reader = _reader(obj, ("state", "index"))
-    try:
-        found = [(at, snap) for name in states for at, snap in _scan(reader, name, cutoff, limit)]
-    finally:
-        reader.close()
-    found.sort(key=lambda item: (item[0], item[1]["idempotency_key"]))
-    snapshots = [snap for _, snap in found[:limit]]
+    if server:
+        with _client(server) as client:
+            snapshots = client.list(state.upper() if state else None, older_than, limit)
+    else:
+        states = [state.upper()] if state else list(STATES)
+        reader = _reader(obj, ("state", "index"))
+        try:
+            found = [(at, snap) for name in states
+                     for at, snap in _scan(reader, name, cutoff, limit)]
+        finally:
+            reader.close()
+        found.sort(key=lambda item: (item[0], item[1]["idempotency_key"]))
+        snapshots = [snap for _, snap in found[:limit]]
     if as_json:
         emit_json(snapshots)
         return
@@ -130,13 +155,18 @@ def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@server_option
 @click.pass_obj
-def stats(obj: CliContext, as_json: bool) -> None:
+def stats(obj: CliContext, as_json: bool, server: str | None) -> None:
     """Effects per state, rejected events per reason, projector lag per partition.
 
     Exit 4 when the log cannot be reached (lag needs its end offsets).
     """
-    figures = collect_stats(obj)
+    if server:
+        with _client(server) as client:
+            figures = client.stats()
+    else:
+        figures = collect_stats(obj)
     if as_json:
         emit_json(figures)
         return
