@@ -1,14 +1,17 @@
 """Positioned reads and end offsets on Kafka, over one assign-only consumer (never a group).
 
 End offsets come from one ListOffsets request for all partitions (``offsets_for_times`` with
-the "latest" sentinel, at the consumer's ``read_committed`` isolation), well under a
-millisecond on loopback. A read that knows where its partition ends stops there instead of
-waiting out ``fetch.wait.max.ms``; only a read asked to wait (``timeout``) long-polls, and the
-broker answers that poll the moment a record arrives.
+the "latest" sentinel, at ``read_committed`` isolation), well under a millisecond on loopback.
+They are asked through a client of their own: a broker answers the requests of one connection
+in order, so a ListOffsets queued behind the reader's idle long-poll fetch would wait it out.
+A read that knows where its partition ends stops there and pauses the partition, so no idle
+fetch is left in flight to delay the next request; only a read asked to wait (``timeout``)
+long-polls, and the broker answers that poll the moment a record arrives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 
 _EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+_LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 def reader_config(settings: KafkaSettings) -> ClientConfig:
@@ -38,7 +43,7 @@ def reader_config(settings: KafkaSettings) -> ClientConfig:
         "enable.partition.eof": True,
         "auto.offset.reset": "error",  # a position outside the log is reported, not reset
         "isolation.level": "read_committed",
-        "fetch.wait.max.ms": 100,  # how long an idle long-poll is held by the broker
+        "fetch.wait.max.ms": 10,  # an idle long-poll holds the connection at most this long
         "fetch.error.backoff.ms": 20,
         "socket.nagle.disable": True,
         "allow.auto.create.topics": False,
@@ -52,7 +57,9 @@ class PartitionReader:
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self._consumer: Consumer | None = None
+        self._offsets: Consumer | None = None  # ListOffsets only: never fetches
         self._cursor: tuple[str, int, int] | None = None  # assignment: (topic, partition, next)
+        self._paused = False
 
     @property
     def consumer(self) -> Consumer:
@@ -63,17 +70,36 @@ class PartitionReader:
             })
         return self._consumer
 
+    @property
+    def offsets_client(self) -> Consumer:
+        if self._offsets is None:
+            self._offsets = Consumer({
+                **reader_config(self.settings),
+                "error_cb": lambda err: log.debug("kafka offsets client error: %s", err.str()),
+            })
+        return self._offsets
+
     def unavailable(self, detail: str) -> BackendUnavailable:
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
 
     def end_offsets(self, name: str, partitions: Sequence[int]) -> dict[int, int]:
-        """The next offset to be read at the end of each partition (one ListOffsets request)."""
-        try:
-            found = self.consumer.offsets_for_times([TP(name, p, OFFSET_END) for p in partitions],
-                                                   timeout=self.settings.timeout_s)
-        except KafkaException as exc:
-            self._cursor = None
-            raise self.unavailable(error_text(exc)) from None
+        """The next offset to be read at the end of each partition (one ListOffsets request;
+        retried while a new topic's leaders become known)."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            try:
+                found = self.offsets_client.offsets_for_times(
+                    [TP(name, p, OFFSET_END) for p in partitions], timeout=self.settings.timeout_s)
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                code = err.code() if isinstance(err, KafkaError) else None
+                if code in _LEADER_MOVED and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    with contextlib.suppress(KafkaException):  # refresh the leaders
+                        self.offsets_client.list_topics(name, timeout=self.settings.timeout_s)
+                    continue
+                raise self.unavailable(error_text(exc)) from None
         ends = {}
         for tp in found:
             if tp.error is not None or tp.offset < 0:
@@ -89,13 +115,16 @@ class PartitionReader:
         ``end`` (exclusive), when the caller knows it, saves the ListOffsets request.
         """
         consumer = self.consumer
-        if self._cursor != (name, partition, offset):
-            consumer.assign([TP(name, partition, offset)])
-            self._cursor = (name, partition, offset)
         if end is None:
             end = self.end_offsets(name, [partition])[partition]
         if offset >= end and timeout <= 0:
             return []
+        if self._cursor != (name, partition, offset):
+            consumer.assign([TP(name, partition, offset)])
+            self._cursor = (name, partition, offset)
+        if self._paused:  # a paused partition stays paused across assign(): resume it after
+            consumer.resume([TP(name, partition)])
+            self._paused = False
         deadline = time.monotonic() + timeout
         silent = time.monotonic() + self.settings.timeout_s  # a broker that stopped answering
         records: list[Record] = []
@@ -133,6 +162,9 @@ class PartitionReader:
                 records.append(_record(topic, partition, at, msg))
                 position = at + 1
             self._cursor = (name, partition, position)
+        if position >= end:  # stop fetching: no idle long-poll in flight for the next request
+            consumer.pause([TP(name, partition)])
+            self._paused = True
         return records
 
     def _out_of_range(self, name: str, partition: int, position: int) -> int:
@@ -167,9 +199,11 @@ class PartitionReader:
         return len(topic.partitions)
 
     def close(self) -> None:
-        consumer, self._consumer, self._cursor = self._consumer, None, None
-        if consumer is not None:
-            consumer.close()
+        clients = (self._consumer, self._offsets)
+        self._consumer, self._offsets, self._cursor = None, None, None
+        for client in clients:
+            if client is not None:
+                client.close()
 
 
 def _record(topic: str, partition: int, offset: int, msg: Message) -> Record:
