@@ -59,7 +59,7 @@ class PartitionReader:
         self._consumer: Consumer | None = None
         self._offsets: Consumer | None = None  # ListOffsets only: never fetches
         self._cursor: tuple[str, int, int] | None = None  # assignment: (topic, partition, next)
-        self._paused = False
+        self._paused: TP | None = None  # the partition a read paused at its end
 
     @property
     def consumer(self) -> Consumer:
@@ -122,9 +122,9 @@ class PartitionReader:
         if self._cursor != (name, partition, offset):
             consumer.assign([TP(name, partition, offset)])
             self._cursor = (name, partition, offset)
-        if self._paused:  # a paused partition stays paused across assign(): resume it after
-            consumer.resume([TP(name, partition)])
-            self._paused = False
+        if self._paused is not None:  # a paused partition stays paused across assign():
+            consumer.resume([self._paused])  # resume the one paused, whichever is read now
+            self._paused = None
         deadline = time.monotonic() + timeout
         silent = time.monotonic() + self.settings.timeout_s  # a broker that stopped answering
         records: list[Record] = []
@@ -163,8 +163,8 @@ class PartitionReader:
                 position = at + 1
             self._cursor = (name, partition, position)
         if position >= end:  # stop fetching: no idle long-poll in flight for the next request
-            consumer.pause([TP(name, partition)])
-            self._paused = True
+            self._paused = TP(name, partition)
+            consumer.pause([self._paused])
         return records
 
     def _out_of_range(self, name: str, partition: int, position: int) -> int:
