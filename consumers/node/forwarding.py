@@ -18,9 +18,10 @@ from yarl import URL
 logger = logging.getLogger(__name__)
 
 FORWARDED = "Effectlog-Forwarded"
+NOT_OWNER = "Effectlog-Not-Owner"  # on a forwarded request's 503: the asker's map is stale
 #: Response headers relayed from the owner (besides the body and status).
 RELAYED = ("Content-Type", "Retry-After", "Effectlog-Partition", "Effectlog-Applied-Offset",
-           "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions")
+           "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions", NOT_OWNER)
 
 
 class Membership(Protocol):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from consumers.node.forwarding import FORWARDED, Forwarder
+from consumers.node.forwarding import FORWARDED, NOT_OWNER, Forwarder
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
@@ -157,12 +157,12 @@ class _Api:
         node = self.node
         if FORWARDED in request.headers:  # the asker's view of the group is stale
             return _unavailable(f"partition {partition} is not served by {node.url}",
-                                {"Effectlog-Partition": str(partition)})
+                                {"Effectlog-Partition": str(partition), NOT_OWNER: "1"})
         for attempt in range(2):
             owner = node.membership.owners().get(partition)
             if owner is not None and owner != node.url:
                 reply = await self.forwarder.ask(owner, request.rel_url.raw_path_qs, timeout_s)
-                if reply is not None:
+                if reply is not None and NOT_OWNER not in reply.headers:
                     return web.Response(status=reply.status, body=reply.body,
                                         headers=reply.headers)
             if attempt == 0:

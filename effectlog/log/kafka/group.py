@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 
@@ -199,13 +199,17 @@ class GroupMembership:
                 return
             self._read_at = time.monotonic()
             try:
-                owners, members = self._describe()
+                stable, owners, members = self._describe()
             except (KafkaException, BackendUnavailable) as exc:
                 log.info("cannot describe group %s: %s", self.group.group, exc)
                 return
-            self._owners, self._members = owners, members
+            if stable:
+                self._owners = owners
+            else:  # mid-rebalance the group reports no assignments: keep the last known
+                self._owners = {**self._owners, **owners}
+            self._members = members
 
-    def _describe(self) -> tuple[dict[int, str], list[str]]:
+    def _describe(self) -> tuple[bool, dict[int, str], list[str]]:
         if self._admin is None:
             self._admin = AdminClient(self.settings.client_config())
         futures = self._admin.describe_consumer_groups([self.group.group],
@@ -219,7 +223,8 @@ class GroupMembership:
             for tp in assignment:
                 if tp.topic == self.topic:
                     owners[tp.partition] = member.client_id
-        return owners, sorted(set(members) | {self.group.member_url})
+        stable = description.state == ConsumerGroupState.STABLE
+        return stable, owners, sorted(set(members) | {self.group.member_url})
 
 
 class GroupCommandOffsets:
