@@ -92,15 +92,18 @@ class Serve:
 
 
 class Workload(threading.Thread):
-    """Appends effects as crashing workers would, until stopped: a third completed (the
+    """Appends effects as crashing workers would, until stopped (or ``limit`` effects, one
+    every ``pause_s``): a third completed (the
     worker called the provider and recorded), a third left RESERVED (crashed before the
     call), a third left DISPATCHED after the provider performed it (crashed after)."""
 
-    def __init__(self, log_url: str, provider: Path, pause_s: float = 0.02) -> None:
+    def __init__(self, log_url: str, provider: Path, pause_s: float = 0.15,
+                 limit: int = 240) -> None:
         super().__init__(name="workload", daemon=True)
         self.log_url = log_url
         self.provider_path = provider
         self.pause_s = pause_s
+        self.limit = limit
         self.keys: list[str] = []
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -111,7 +114,7 @@ class Workload(threading.Thread):
         codec = event_codec()
         try:
             i = 0
-            while not self.stop.is_set():
+            while not self.stop.is_set() and i < self.limit:
                 create = new_effect(f"op{i}", "email.send", f"mailto:u{i}@example.com",
                                     {"n": i}, "w1")
                 reserve = advance(create, T.RESERVE, "w1")

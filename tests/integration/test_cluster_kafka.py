@@ -59,11 +59,17 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
     workload.start()
     members = [Serve(tmp_path, f"s{i}", kafka_url, provider) for i in range(3)]
     joined: Serve | None = None
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:
+        print(f"{time.monotonic() - t0:6.1f}s {what} ({len(workload.keys)} effects)")
+
     try:
         wait_until(lambda: len(_owners(members)) == PARTITIONS and all(
             m.serving() for m in members), 60, "three members share all partitions")
-        wait_until(lambda: len(workload.keys) >= 60, 60, "effects appended")
-        sample = list(workload.keys[:40])
+        wait_until(lambda: len(workload.keys) >= 40, 60, "effects appended")
+        mark('wait_until(lambda: len(workloa')
+        sample = list(workload.keys[:30])
         wait_until(lambda: _all_keys_answer(members, sample), 10,
                    "every key answers from every member")
 
@@ -79,6 +85,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         wait_until(lambda: _all_keys_answer(survivors, keys_now), 30,
                    "every key answers from every survivor")
         failover_s = time.monotonic() - killed_at
+        mark('failover_s = time.monotonic() ')
         assert failover_s < SESSION_S + 30
         assert all(p in _owners(survivors) for p in moved)
 
@@ -94,6 +101,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
                    "all partitions served after the join")
         prober.stop.set()
         prober.join(30)
+        mark('prober.join(30)')
         after = _owners(current)
         stayed = [p for p in range(PARTITIONS) if after[p] is before[p]]
         assert stayed and len(stayed) < PARTITIONS, "cooperative rebalance moved some only"
@@ -105,11 +113,13 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         clash.process.wait(60)
         err = clash.err_path.read_text().strip().splitlines()
         assert clash.process.returncode == 4
+        mark('assert clash.process.returncod')
         assert err[-1].startswith(f"error: state directory {survivors[0].state_dir} is in use")
 
         # Stop appending; recovery settles every effect with one provider call each.
         workload.stop.set()
         workload.join(30)
+        mark('workload.join(30)')
         assert workload.error is None, workload.error
         keys = list(workload.keys)
         fake = FakeProvider(provider)
@@ -117,6 +127,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
             wait_until(lambda: all(_state(current, k) == "SUCCEEDED" for k in keys), 120,
                        "every effect settled")
             assert {fake.calls(k) for k in keys} == {1}
+            mark('assert {fake.calls(k) for k in')
             assert {fake.executions(k) for k in keys} == {1}
         finally:
             fake.close()
@@ -127,6 +138,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         ends = log.end_offsets(EVENTS)
         wait_until(lambda: _applied(current, ends), 30, "every partition applied the log end")
         project(log, tmp_path / "clean")
+        mark('project(log, tmp_path / "clean')
         log.close()
         owners = _owners(current)
         for partition in range(PARTITIONS):

@@ -84,9 +84,16 @@ class GroupSource(RecordSource):
         self.settings = settings
         self.group = group
         self.topic = settings.topic(EVENTS)
+        self.commands = settings.topic(COMMANDS)
         self._consumer: Consumer | None = None
         self._listener: AssignmentListener | None = None
         self.rebalanced = threading.Event()  # set on every assignment change
+        # Consumed offsets of the commands partitions that go with the assigned events
+        # partitions: read from the group at assignment, committed from the polling thread
+        # (confluent-kafka's consumer calls wait for each other across threads).
+        self._lock = threading.Lock()
+        self._command_offsets: dict[int, int] = {}
+        self._to_commit: dict[int, int] = {}
 
     @property
     def consumer(self) -> Consumer:
@@ -110,8 +117,16 @@ class GroupSource(RecordSource):
                  self.group.member_url)
 
     def poll(self, limit: int, timeout_s: float) -> Fetched:
+        # consume(n, timeout) waits the whole timeout unless n messages come: take what is
+        # queued, else wait for the first message alone and then take what followed it.
+        consumer = self.consumer
+        self._commit_pending(consumer)
         try:
-            messages = self.consumer.consume(limit, max(timeout_s, 0.0))
+            messages = consumer.consume(limit, 0)
+            if not messages and timeout_s > 0:
+                first = consumer.poll(timeout_s)
+                if first is not None:
+                    messages = [first, *consumer.consume(max(1, limit - 1), 0)]
         except KafkaException as exc:
             raise BackendUnavailable(f"group {self.group.group}: {error_text(exc)}") from None
         records: list[Record] = []
@@ -144,12 +159,51 @@ class GroupSource(RecordSource):
         if consumer is not None:
             consumer.close()
 
+    # -- consumed offsets of the commands topic -----------------------------------------
+
+    def command_offsets(self) -> dict[int, int]:
+        """Next offset to consume per commands partition that goes with ours."""
+        with self._lock:
+            return dict(self._command_offsets)
+
+    def commit_command_offset(self, partition: int, next_offset: int) -> None:
+        """Remember a consumed offset; the polling thread commits it to the group."""
+        with self._lock:
+            if partition in self._command_offsets:
+                self._command_offsets[partition] = next_offset
+                self._to_commit[partition] = next_offset
+
+    def _commit_pending(self, consumer: Consumer, only: set[int] | None = None) -> None:
+        with self._lock:
+            due = {p: n for p, n in self._to_commit.items() if only is None or p in only}
+            for partition in due:
+                del self._to_commit[partition]
+        if not due:
+            return
+        try:  # in the background: a command handled again after a failover is re-judged
+            consumer.commit(offsets=[TP(self.commands, p, n) for p, n in due.items()],
+                            asynchronous=True)
+        except KafkaException as exc:
+            log.warning("cannot commit %s offsets %s: %s", self.commands, due, error_text(exc))
+
+    def _read_command_offsets(self, consumer: Consumer, partitions: list[int]) -> None:
+        try:
+            found = consumer.committed([TP(self.commands, p) for p in partitions],
+                                       timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            raise BackendUnavailable(f"committed offsets of {self.commands}: "
+                                     f"{error_text(exc)}") from None
+        with self._lock:
+            for tp in found:
+                self._command_offsets[tp.partition] = max(tp.offset, 0)
+
     # -- rebalance callbacks (inside consume) --------------------------------------------
 
     def _on_assign(self, consumer: Consumer, tps: list[TP]) -> None:
         partitions = sorted(tp.partition for tp in tps)
         if not partitions or self._listener is None:
             return
+        self._read_command_offsets(consumer, partitions)
         starts = self._listener.assigned(partitions)
         consumer.incremental_assign([TP(self.topic, p, int(starts.get(p, 0)))
                                      for p in partitions])
@@ -165,6 +219,12 @@ class GroupSource(RecordSource):
         partitions = sorted(tp.partition for tp in tps)
         if partitions and self._listener is not None:
             self._listener.revoked(partitions, lost=lost)
+        if not lost:  # still a member of this generation: hand our progress over
+            self._commit_pending(consumer, set(partitions))
+        with self._lock:
+            for partition in partitions:
+                self._command_offsets.pop(partition, None)
+                self._to_commit.pop(partition, None)
         if tps:
             consumer.incremental_unassign(tps)
         self.rebalanced.set()
@@ -231,34 +291,20 @@ class GroupCommandOffsets:
     """The reconciler's offsets of the commands topic, committed to the group.
 
     Command partition N is handled by the member owning events partition N; a new owner
-    resumes where the last one committed. Commits go through the member's own consumer
-    (the broker takes them from a member of the group); librdkafka's commit calls are safe
-    from another thread than the one polling.
+    resumes where the last one committed. Only a member may commit, and only from the
+    thread polling its consumer, so commits go through :class:`GroupSource`.
     """
 
     def __init__(self, source: GroupSource) -> None:
         self.source = source
-        self.topic = source.settings.topic(COMMANDS)
-        self.timeout_s = source.settings.timeout_s
 
     def get(self, topic: str) -> dict[int, int]:
         if topic != COMMANDS:
             raise ValueError(f"only the commands topic is committed to the group, not {topic}")
-        partitions = [TP(self.topic, p) for p in range(self.source.settings.partitions)]
-        try:
-            found = self.source.consumer.committed(partitions, timeout=self.timeout_s)
-        except KafkaException as exc:
-            raise BackendUnavailable(f"committed offsets of {self.topic}: "
-                                     f"{error_text(exc)}") from None
-        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+        return self.source.command_offsets()
 
     def commit(self, topic: str, partition: int, next_offset: int) -> None:
-        try:
-            self.source.consumer.commit(offsets=[TP(self.topic, partition, next_offset)],
-                                        asynchronous=False)
-        except KafkaException as exc:
-            raise BackendUnavailable(f"commit {self.topic}/{partition}: "
-                                     f"{error_text(exc)}") from None
+        self.source.commit_command_offset(partition, next_offset)
 
     def close(self) -> None:
         return None
