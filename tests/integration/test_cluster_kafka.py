@@ -96,7 +96,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         prober.start()
         joined = Serve(tmp_path, "s3", kafka_url, provider)
         wait_until(lambda: bool(joined.serving()), 60, "the fourth member serves partitions")
-        current = survivors + [joined]
+        current = [*survivors, joined]
         wait_until(lambda: sorted(_owners(current)) == list(range(PARTITIONS)), 60,
                    "all partitions served after the join")
         prober.stop.set()
