@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -179,7 +178,7 @@ def main() -> None:
                 waits.append(took)
             bare_e2e = bare_latency(settings, args.samples // 2)
 
-            victim_proc, victim = procs[0]
+            victim_proc = procs[0][0]
             survivor = procs[1][1]
             victim_proc.send_signal(signal.SIGKILL)
             victim_proc.wait()

@@ -1,15 +1,17 @@
 """Avro single-object encoding of effect events and reconciliation commands.
 
 A record is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the writer
-schema + the Avro binary body. The fingerprint names the writer schema without a registry;
-records written with an older known schema are resolved to the current reader schema.
+schema's Parsing Canonical Form + the Avro binary body, as the Avro specification writes it
+(so Java's ``BinaryMessageDecoder`` and every other implementation read it). The fingerprint
+names the writer schema without a registry; records written with an older known schema are
+resolved to the current reader schema. Earlier effectlog versions wrote the fingerprint
+byte-reversed: those records are still read, and :meth:`Codec.is_legacy` tells them apart.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import struct
 from collections.abc import Iterable
 from functools import cache
 from importlib import resources
@@ -32,10 +34,11 @@ def load_schema_text(name: str) -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-def schema_fingerprint(schema: dict[str, Any]) -> bytes:
-    """CRC-64-AVRO fingerprint of the schema's Parsing Canonical Form, little-endian."""
+def schema_fingerprint(schema: dict[str, Any] | str) -> bytes:
+    """CRC-64-AVRO fingerprint of the schema's Parsing Canonical Form: the 8 bytes of the
+    single-object header, little-endian (fastavro's hex digest is already in that order)."""
     canonical = to_parsing_canonical_form(fastavro.parse_schema(schema, _write_hint=False))
-    return struct.pack("<Q", int(fingerprint(canonical, "CRC-64-AVRO"), 16))
+    return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
 
 
 class Codec:
@@ -45,13 +48,28 @@ class Codec:
         self.name = str(schema["name"])
         self.schema = fastavro.parse_schema(schema)
         self.fingerprint = schema_fingerprint(schema)
-        self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
+        self._writers: dict[bytes, Any] = {}
+        #: Byte-reversed fingerprints of the known writer schemas (the pre-spec header).
+        self.legacy_fingerprints: frozenset[bytes] = frozenset()
+        self._register(self.fingerprint, self.schema)
         for old in older:
             self.register_writer(old)
 
     def register_writer(self, schema: dict[str, Any]) -> None:
         """Accept records written with ``schema`` (an older or newer compatible version)."""
-        self._writers[schema_fingerprint(schema)] = fastavro.parse_schema(schema)
+        self._register(schema_fingerprint(schema), fastavro.parse_schema(schema))
+
+    def _register(self, fingerprint: bytes, parsed: Any) -> None:
+        self._writers[fingerprint] = parsed
+        self.legacy_fingerprints -= {fingerprint}  # a spec-order fingerprint wins a collision
+        legacy = fingerprint[::-1]
+        if legacy not in self._writers:
+            self._writers[legacy] = parsed
+            self.legacy_fingerprints |= {legacy}
+
+    def is_legacy(self, data: bytes) -> bool:
+        """Whether ``data``'s header names a known writer schema in the pre-spec byte order."""
+        return data[2:HEADER_SIZE] in self.legacy_fingerprints
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """Single-object encoding of ``record`` with the current schema."""

@@ -40,6 +40,8 @@ def stats_figures(counts: Mapping[str, int], next_offsets: Mapping[int, int],
         "metrics": effect_metrics(counts),
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),
+        # records written by earlier versions with the fingerprint byte-reversed (still read)
+        "legacy_records": counts.get("legacy:fingerprint_order", 0),
         "end_offsets": {str(p): n for p, n in sorted(end_offsets.items())},
         "next_offsets": {str(p): n for p, n in sorted(next_offsets.items())},
         "lag": {str(p): max(0, n - next_offsets.get(p, 0)) for p, n in sorted(end_offsets.items())},

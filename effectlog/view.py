@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+import asyncio
+import inspect
+from concurrent.futures import Executor
+from typing import Protocol, cast
 
 from effectlog.codec import event_codec
 from effectlog.errors import CodecError
@@ -21,6 +24,49 @@ class StateView(Protocol):
     def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
         """Whether ``event`` (appended at ``position``) was accepted under the log order."""
         ...
+
+
+class AsyncStateView(Protocol):
+    """:class:`StateView` for asyncio writers: the same two questions, awaited.
+
+    An async HTTP client implements it natively; :class:`ThreadedView` adapts a sync view.
+    """
+
+    async def current(self, key: str) -> EffectEvent | None:
+        """The latest accepted snapshot of ``key``, or None."""
+        ...
+
+    async def accepted(self, event: EffectEvent, position: Position,
+                       timeout: float = 10.0) -> bool:
+        """Whether ``event`` (appended at ``position``) was accepted under the log order."""
+        ...
+
+
+class ThreadedView:
+    """An :class:`AsyncStateView` over a sync :class:`StateView`: every call runs on
+    ``executor`` (None: the loop's default one), never on the event loop."""
+
+    def __init__(self, view: StateView, executor: Executor | None = None) -> None:
+        self.view = view
+        self._executor = executor
+
+    async def current(self, key: str) -> EffectEvent | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.view.current, key)
+
+    async def accepted(self, event: EffectEvent, position: Position,
+                       timeout: float = 10.0) -> bool:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.view.accepted, event, position,
+                                          timeout)
+
+
+def as_async_view(view: StateView | AsyncStateView,
+                  executor: Executor | None = None) -> AsyncStateView:
+    """``view`` itself when it answers with coroutines, else a :class:`ThreadedView` of it."""
+    if inspect.iscoroutinefunction(getattr(view, "current", None)):
+        return cast(AsyncStateView, view)
+    return ThreadedView(cast(StateView, view), executor)
 
 
 def decode_events(log: EventLog, key: str, records: list[Record] | None = None

@@ -36,8 +36,8 @@ from projections.store import PartitionWriter, ProjectionStore
 logger = logging.getLogger(__name__)
 
 DecoderChoice = Literal["auto", "inline", "process"]
-#: Called after each applied batch with (partition, position): every record below
-#: ``position`` has been applied (or is no event).
+#: Called after each applied batch with (partition, next offset): every record below it
+#: has been applied (offsets that hold no records included).
 AppliedCallback = Callable[[int, int], None]
 
 
@@ -114,9 +114,8 @@ class Projector:
         self.partitions = None if partitions is None else sorted(set(partitions))
         self.on_applied = on_applied
         self._writers: dict[int, PartitionWriter] = {}
-        self._cursors: dict[int, int] = {}    # next offset to read, per partition
-        self._positions: dict[int, int] = {}  # applied, counting offsets that are no events
-        self._reached: dict[int, int] = {}
+        self._cursors: dict[int, int] = {}  # next offset to read, per partition
+        self._reached: dict[int, int] = {}  # the source passed these offsets: no records below
         self._source: RecordSource | None = None
         self._inflight: deque[_InFlight] = deque()
         self._inline = InlineDecoder()
@@ -133,7 +132,7 @@ class Projector:
                 writer = self.store.open_writer(partition, partitions=count,
                                                 trust_first=self.log.compacted)
                 self._writers[partition] = writer
-                self._cursors[partition] = self._positions[partition] = writer.next_offset
+                self._cursors[partition] = writer.next_offset
                 logger.info("partition %d assigned: resuming at offset %d", partition,
                             writer.next_offset)
         return {p: self._writers[p].next_offset for p in partitions}
@@ -146,7 +145,7 @@ class Projector:
             if self._writers.pop(partition, None) is not None:
                 self.store.release(partition)
                 logger.info("partition %d %s", partition, "lost" if lost else "revoked")
-            for table in (self._cursors, self._positions, self._reached):
+            for table in (self._cursors, self._reached):
                 table.pop(partition, None)
 
     def open(self) -> None:
@@ -177,11 +176,6 @@ class Projector:
         """The stored next offset of every assigned partition."""
         self._ensure_open()
         return {p: w.next_offset for p, w in sorted(self._writers.items())}
-
-    def positions(self) -> dict[int, int]:
-        """Per assigned partition: every record below this offset has been applied
-        (unlike :meth:`next_offsets`, it counts trailing offsets that hold no event)."""
-        return dict(sorted(self._positions.items()))
 
     def lag(self, ends: Mapping[int, int] | None = None) -> dict[int, int]:
         """Records not yet applied, per partition (log end offset minus stored offset)."""
@@ -298,25 +292,26 @@ class Projector:
                 self._cursors[partition] = records[-1].offset + 1
 
     def _advance(self, partition: int, offset: int) -> None:
-        if offset > self._positions.get(partition, 0):
-            self._positions[partition] = offset
         self._note_reached(partition)
         if self.on_applied is not None:
-            self.on_applied(partition, self._positions[partition])
+            self.on_applied(partition, self._writers[partition].next_offset)
 
     def _note_reached(self, only: int | None = None) -> None:
-        """Count offsets the source passed without events as applied, once nothing of
-        their partition is in flight."""
+        """Move the stored offset over offsets the source passed without records, once
+        nothing of their partition is in flight."""
         busy = {b.partition for b in self._inflight}
         for partition, offset in list(self._reached.items()):
             if (only is not None and partition != only) or partition in busy:
                 continue
-            if self._cursors.get(partition, offset) <= offset \
-                    and offset > self._positions.get(partition, 0):
-                self._positions[partition] = offset
-                if only is None and self.on_applied is not None:
-                    self.on_applied(partition, offset)
             del self._reached[partition]
+            writer = self._writers.get(partition)
+            if writer is None or self._cursors.get(partition, offset) > offset \
+                    or offset <= writer.next_offset:
+                continue
+            writer.skip_to(offset)
+            self._cursors[partition] = offset
+            if only is None and self.on_applied is not None:
+                self.on_applied(partition, offset)
 
     def _settle(self, discard: set[int]) -> None:
         """Empty the pipeline: apply the batches in flight, except those of ``discard``."""

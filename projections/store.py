@@ -115,6 +115,11 @@ class PartitionWriter(ABC):
               decoded: Sequence[Decoded] | None = None) -> Applied:
         """Judge and commit ``records``; those below ``next_offset`` are skipped."""
 
+    @abstractmethod
+    def skip_to(self, next_offset: int) -> None:
+        """Move the stored offset over offsets that hold no records (Kafka's transaction
+        markers, compacted tails), so "applied up to the log end" can be true."""
+
 
 class ProjectionStore(ABC):
     """Where one process keeps the projection of the partitions assigned to it."""

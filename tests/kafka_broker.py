@@ -158,13 +158,17 @@ def _fail_or_skip(message: str) -> None:
 @contextlib.contextmanager
 def private_broker() -> Iterator[KafkaBroker]:
     """An Apache Kafka of one test's own (to stop, pause, kill or restart)."""
-    try:
-        with running_broker() as broker:
+    with tempfile.TemporaryDirectory(prefix="effectlog-kafka-") as data_dir:
+        broker = KafkaBroker(data_dir)
+        try:
+            broker.start()
+        except Exception as exc:
+            broker.kill()
+            _fail_or_skip(f"Apache Kafka could not start: {type(exc).__name__}: {str(exc)[:300]}")
+        try:
             yield broker
-    except Exception as exc:
-        if isinstance(exc, (pytest.fail.Exception, pytest.skip.Exception)):
-            raise
-        _fail_or_skip(f"Apache Kafka could not start: {type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            broker.stop()
 
 
 @contextlib.contextmanager

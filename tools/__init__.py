@@ -1,1 +1,1 @@
-"""Development tools: the Apache Kafka launcher (tools.kafka)."""
+"""Development tools: the Apache Kafka launcher (tools.kafka), Avro's Java implementation (tools.avro)."""

@@ -134,6 +134,7 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
     log = obj.open_log()
     try:
         records = log.read_key(EVENTS, key)
+        compacted = log.compacted
     finally:
         log.close()
     if not records:
@@ -148,6 +149,13 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
         except (CodecError, KeyError, ValueError) as exc:
             rows.append({**row, "verdict": f"undecodable: {exc}"})
             continue
+        if current is None and compacted and event.transition is not Transition.CREATE:
+            # On a compacted topic the oldest surviving record is the baseline: the key's
+            # earlier transitions were compacted away (each event carries the full snapshot).
+            rows.append({**row, "verdict": "accepted (baseline)", "compacted_before": True,
+                         "event": event.to_json()})
+            current = event
+            continue
         try:
             check(current, event)
             verdict = "accepted"
@@ -159,6 +167,9 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
         for row in rows:
             emit_json(row)
         return
+    if rows and rows[0].get("compacted_before"):
+        click.echo(f"{key}: the transitions before offset {rows[0]['offset']} were compacted "
+                   "away; the first row below carries the full snapshot as of then")
     _print_history(key, rows)
 
 
@@ -205,16 +216,40 @@ def topics() -> None:
 
 
 @topics.command("create")
+@click.option("--window", default="7d", show_default=True, metavar="DUR",
+              help="The reconciliation window: the longest an effect may stay open (retries, "
+                   "recovery, approvals). min.compaction.lag.ms must cover it.")
+@click.option("--allow-short-lag", is_flag=True,
+              help="Create the topics even if the compaction lag is shorter (with a warning).")
 @click.option("--json", "as_json", is_flag=True, help="Report as JSON.")
 @click.pass_obj
-def topics_create(obj: CliContext, as_json: bool) -> None:
-    """Create both topics idempotently; refuse existing ones whose config contradicts."""
+def topics_create(obj: CliContext, window: str, allow_short_lag: bool, as_json: bool) -> None:
+    """Create both topics idempotently; refuse existing ones whose config contradicts.
+
+    The events topic keeps every transition of a key for at least min.compaction.lag.ms (URL
+    parameter min_compaction_lag_ms); a lag shorter than --window could compact away the
+    history of an effect still being reconciled, so it is refused (exit 3).
+    """
     if not obj.log_url.startswith("kafka"):
         fail(f"topics are a Kafka concept; {obj.log_url.split(':', 1)[0]}:// logs need none",
              EXIT_USAGE)
+    from effectlog.durations import parse_duration_ms
+    from effectlog.errors import Conflict
     from effectlog.log.kafka import KafkaSettings, create_topics
 
-    report = create_topics(KafkaSettings.from_url(obj.log_url))
+    try:
+        window_ms = parse_duration_ms(window)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--window") from None
+    settings = KafkaSettings.from_url(obj.log_url)
+    if settings.min_compaction_lag_ms < window_ms:
+        problem = (f"min.compaction.lag.ms={settings.min_compaction_lag_ms} is shorter than the "
+                   f"reconciliation window {window} ({window_ms} ms): raise min_compaction_lag_ms "
+                   "in the log URL")
+        if not allow_short_lag:
+            raise Conflict(problem + " or pass --allow-short-lag")
+        click.echo(f"warning: {problem}", err=True)
+    report = create_topics(settings)
     if as_json:
         emit_json({"topics": report})
     else:

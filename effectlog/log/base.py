@@ -52,6 +52,9 @@ class EventLog(ABC):
     url: str
     #: True when :meth:`append_after` is supported (an atomic compare-and-append per key).
     conditional: bool = False
+    #: How many blocking appends one process can usefully have in flight at once (an async
+    #: writer sizes its thread pool by it): 1 where appends share one connection and lock.
+    concurrent_appends: int = 8
     #: True when old records of a key may be compacted away (a key's first surviving record
     #: need not be its CREATE).
     compacted: bool = False

@@ -13,6 +13,7 @@ class MemoryLog(EventLog):
     """A list per topic guarded by a condition variable; nothing survives the process."""
 
     conditional = True
+    concurrent_appends = 1
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url

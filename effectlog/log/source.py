@@ -134,6 +134,10 @@ class LogSource(RecordSource):
         if self.until is not None:
             records = [r for r in records if r.offset < self.until.get(partition, 0)]
         if not records:
+            end = self._ends.get(partition, 0)
+            if offset < end and timeout_s <= 0:  # nothing readable before the end seen
+                self._cursors[partition] = end
+                return Fetched([], {partition: end})
             self._empty[partition] = self._empty.get(partition, 0) + 1
             return Fetched([], {})
         self._empty[partition] = 0

@@ -31,6 +31,7 @@ class SqliteLog(EventLog):
     """One table per topic; offset = rowid - 1; one partition."""
 
     conditional = True
+    concurrent_appends = 1
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 30.0) -> None:
         self.path = Path(path)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rocksdict import WriteBatch, WriteOptions
 
+from effectlog.codec import event_codec
 from effectlog.errors import Conflict, EffectlogError
 from effectlog.log.base import Record
 from effectlog.machine import check, check_binding
@@ -57,6 +58,8 @@ UNDECODABLE = "undecodable"
 KEY_MISMATCH = "key_mismatch"
 DUPLICATE = "duplicate"
 INVALID = "invalid_event"
+#: Records read whose header carries the writer fingerprint byte-reversed (pre-spec order).
+LEGACY_ORDER = "legacy:fingerprint_order"
 _INDEX_PREFIX = {state: index_prefix(state.value) for state in State}
 _STATE_LABEL = {state: f"state:{state.value}" for state in State}
 
@@ -121,6 +124,16 @@ class RocksPartitionWriter(PartitionWriter):
         finally:
             self.handle.close()
 
+    def skip_to(self, next_offset: int) -> None:
+        """Move the stored offset over offsets that hold no records (Kafka's transaction
+        markers, compacted tails), so "applied up to the log end" can be true."""
+        if next_offset <= self.next_offset:
+            return
+        batch = WriteBatch(raw_mode=True)
+        batch.put(offset_key(self.partition), pack_u64(next_offset), self._h[OFFSETS])
+        self.db.write(batch, self._write_opts)
+        self.next_offset = next_offset
+
     def apply(self, records: Sequence[Record], decoded: Sequence[Decoded] | None = None) -> Applied:
         """Judge and commit ``records`` (consecutive, from this partition) in one WriteBatch.
 
@@ -140,6 +153,9 @@ class RocksPartitionWriter(PartitionWriter):
         current = dict(originals)
         accepted: dict[str, Fields] = {}  # key -> fields of its latest accepted event
         counts: dict[str, int] = {}
+        is_legacy = event_codec().is_legacy
+        if n_legacy := sum(1 for r in records if is_legacy(r.value)):
+            counts[LEGACY_ORDER] = n_legacy
         batch = WriteBatch(raw_mode=True)
         rejected = 0
         for record, item in zip(records, items, strict=True):

@@ -33,6 +33,51 @@ def test_single_object_encoding_has_marker_and_fingerprint() -> None:
     assert data[2:10] == schema_fingerprint(load_schema_text("effect_event.v2.avsc"))
 
 
+def test_fingerprint_of_null_is_the_spec_test_vector() -> None:
+    # Avro specification, "Single-object encoding": the fingerprint of "null" and its bytes.
+    fingerprint = schema_fingerprint("null")
+    assert fingerprint == bytes([0x8A, 0x8F, 0x25, 0xCC, 0xE7, 0x24, 0xDD, 0x63])
+    assert int.from_bytes(fingerprint, "little") == 7195948357588979594
+
+
+def _legacy(data: bytes) -> bytes:
+    """``data`` with its fingerprint byte-reversed, as earlier effectlog versions wrote it."""
+    return data[:2] + data[2:10][::-1] + data[10:]
+
+
+def test_records_are_written_in_the_spec_byte_order_and_are_not_legacy() -> None:
+    codec = event_codec()
+    data = codec.encode(_event().to_record())
+    assert data[2:10] == codec.fingerprint and data[2:10] not in codec.legacy_fingerprints
+    assert not codec.is_legacy(data)
+
+
+def test_byte_reversed_fingerprint_is_still_read_and_flagged_legacy() -> None:
+    event = _event()
+    data = _legacy(event_codec().encode(event.to_record()))
+    assert event_codec().is_legacy(data)
+    assert EffectEvent.from_record(event_codec().decode(data)) == event
+
+
+def test_legacy_command_is_still_read() -> None:
+    record = {"command_id": "c1", "idempotency_key": "agent:op:k:t", "kind": "k", "target": "t",
+              "observed_state": "UNKNOWN", "observed_epoch": 2, "observed_at": 5, "issued_at": 9,
+              "attempt": 1, "reason": "stuck", "payload_ref": None}
+    data = _legacy(command_codec().encode(record))
+    assert command_codec().is_legacy(data)
+    assert command_codec().decode(data)["observed_epoch"] == 2
+
+
+def test_v1_record_in_the_legacy_order_is_resolved_to_the_current_schema() -> None:
+    v1 = json.loads((FIXTURES / "effect_event.v1.avsc").read_text())
+    record = {k: v for k, v in _event().to_record().items()
+              if k not in ("event_id", "payload_ref", "approval")}
+    reader = Codec(load_schema_text("effect_event.v2.avsc"), older=[v1])
+    data = _legacy(Codec(v1).encode(record))
+    assert reader.is_legacy(data)
+    assert reader.decode(data)["approval"] is None
+
+
 def test_event_round_trips_exactly() -> None:
     event = _event()
     assert EffectEvent.from_record(event_codec().decode(event_codec().encode(event.to_record()))) == event

@@ -51,6 +51,8 @@ BROKER_CONFIG = {
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
+    # a transaction whose writer died is aborted within a second of its timeout (default 10 s)
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "log.cleaner.backoff.ms": "100",
     "log.cleaner.dedupe.buffer.size": "1048577",
     "log.cleaner.threads": "1",

@@ -21,6 +21,7 @@ from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.producer import AppendProducer, error_text
 from effectlog.log.kafka.reader import PartitionReader
 from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.log.kafka.transactions import TransactionalAppender
 from effectlog.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,9 @@ class KafkaLog(EventLog):
     """The event log on Kafka: idempotent producer (acks=all), assign-only reader.
 
     No network in ``__init__``. Appends from many threads share one producer and each waits
-    only for its own delivery reports; the records of one key in one append land in one
-    record batch (all or nothing for every reader). Reads share one consumer, one at a time.
+    only for its own delivery reports; an append of several records of one key is one Kafka
+    transaction (all or nothing for every ``read_committed`` reader), concurrent ones sharing a
+    commit. Reads share one consumer, one at a time.
     """
 
     compacted = True  # <prefix>.events is a compacted topic
@@ -42,6 +44,7 @@ class KafkaLog(EventLog):
         self._lock = threading.Lock()  # guards producer creation and replacement
         self._read_lock = threading.Lock()  # the reader serves one thread at a time
         self._producer: AppendProducer | None = None
+        self._transactions: TransactionalAppender | None = None
         self._reader = PartitionReader(settings)
         self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
 
@@ -92,6 +95,9 @@ class KafkaLog(EventLog):
     def close(self) -> None:
         with self._lock:
             handle, self._producer = self._producer, None
+            transactions, self._transactions = self._transactions, None
+        if transactions is not None:
+            transactions.close()
         if handle is not None:
             left = handle.close(self.settings.timeout_s)
             if left:
@@ -154,7 +160,18 @@ class KafkaLog(EventLog):
             return []
         handle = self._writer()
         self._ensure_writer_topic(name, handle)
+        if len(items) > 1 and all(key == items[0][0] for key, _ in items):
+            return self._transactional().append(name, topic, items)
         return handle.append(name, topic, items)
+
+    def _transactional(self) -> TransactionalAppender:
+        appender = self._transactions
+        if appender is None:
+            with self._lock:
+                if self._transactions is None:
+                    self._transactions = TransactionalAppender(self.settings)
+                appender = self._transactions
+        return appender
 
     def _read(self, topic: str, partition: int, offset: int, limit: int, timeout: float,
               end: int | None) -> list[Record]:

@@ -4,7 +4,7 @@ End offsets come from one ListOffsets request for all partitions (``offsets_for_
 the "latest" sentinel, at ``read_committed`` isolation), well under a millisecond on loopback.
 They are asked through a client of their own: a broker answers the requests of one connection
 in order, so a ListOffsets queued behind the reader's idle long-poll fetch would wait it out.
-A read that knows where its partition ends stops there and pauses the partition, so no idle
+A read that knows where its partition ends stops there and drops its assignment, so no idle
 fetch is left in flight to delay the next request; only a read asked to wait (``timeout``)
 long-polls, and the broker answers that poll the moment a record arrives.
 """
@@ -59,7 +59,6 @@ class PartitionReader:
         self._consumer: Consumer | None = None
         self._offsets: Consumer | None = None  # ListOffsets only: never fetches
         self._cursor: tuple[str, int, int] | None = None  # assignment: (topic, partition, next)
-        self._paused: TP | None = None  # the partition a read paused at its end
 
     @property
     def consumer(self) -> Consumer:
@@ -122,9 +121,6 @@ class PartitionReader:
         if self._cursor != (name, partition, offset):
             consumer.assign([TP(name, partition, offset)])
             self._cursor = (name, partition, offset)
-        if self._paused is not None:  # a paused partition stays paused across assign():
-            consumer.resume([self._paused])  # resume the one paused, whichever is read now
-            self._paused = None
         deadline = time.monotonic() + timeout
         silent = time.monotonic() + self.settings.timeout_s  # a broker that stopped answering
         records: list[Record] = []
@@ -162,9 +158,9 @@ class PartitionReader:
                 records.append(_record(topic, partition, at, msg))
                 position = at + 1
             self._cursor = (name, partition, position)
-        if position >= end:  # stop fetching: no idle long-poll in flight for the next request
-            self._paused = TP(name, partition)
-            consumer.pause([self._paused])
+        if position >= end:  # stop fetching: no idle long-poll left to delay the next request
+            consumer.unassign()
+            self._cursor = None
         return records
 
     def _out_of_range(self, name: str, partition: int, position: int) -> int:

@@ -55,6 +55,7 @@ class KafkaSettings:
     min_compaction_lag_ms: int = 7 * DAY_MS
     commands_retention_ms: int = 7 * DAY_MS
     linger_ms: int = 0  # appends are synchronous: send at once, batch what queues meanwhile
+    transactional_id: str | None = None  # names this writer instance (zombie fencing)
     security_protocol: str | None = None
     sasl_mechanism: str | None = None
     sasl_username: str | None = None

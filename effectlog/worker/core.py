@@ -1,0 +1,320 @@
+"""The worker's I/O-free core: what to append next, whether a claim won, what a record means.
+
+Every operation is a generator in the sans-I/O style: it yields the reads and appends it needs
+as small request objects and is sent their answers. The sync shell
+(:class:`~effectlog.worker.Worker`) answers them in the calling thread, the async shell
+(:class:`~effectlog.worker.AsyncWorker`) off the event loop, so the judging is written once.
+A worker never calls a provider before its DISPATCHED event is durable and accepted, and never
+turns a timeout or crash into FAILED: what it cannot confirm becomes UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from effectlog.codec import event_codec
+from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, NotFound
+from effectlog.log.base import Position
+from effectlog.machine import (
+    CLAIMING,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    advance,
+    check,
+    check_binding,
+    new_effect,
+)
+from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
+
+logger = logging.getLogger("effectlog.worker")
+
+R = TypeVar("R")
+T = Transition
+RACE_RETRIES = 5
+OPEN_FOR_DISPATCH = frozenset({State.CREATED, State.RESERVED})
+
+
+class EffectInDoubt(Conflict):
+    """The effect may already have happened (DISPATCHED, UNKNOWN or awaiting approval):
+    it is left to recovery and reconciliation, never re-run blindly."""
+
+    reason = "in_doubt"
+
+    def __init__(self, event: EffectEvent) -> None:
+        super().__init__(f"{event.idempotency_key} is {event.state.value}: "
+                         "left to recovery, not re-run")
+        self.event = event
+
+    @property
+    def key(self) -> str:
+        """The idempotency key of the effect in doubt."""
+        return self.event.idempotency_key
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """An accepted event and where it sits in the log."""
+
+    event: EffectEvent
+    position: Position
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# -- the requests a shell answers --------------------------------------------------------
+
+class Request(Generic[R]):
+    """One I/O step the core asks its shell to perform; ``R`` is the answer's type."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Current(Request["EffectEvent | None"]):
+    """The state view's current snapshot of ``key``."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted(Request[bool]):
+    """The state view's verdict: was ``event``, appended at ``position``, accepted?"""
+
+    event: EffectEvent
+    position: Position
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAt(Request["tuple[EffectEvent | None, int | None]"]):
+    """The key's snapshot folded from the log, with the offset of its last record."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Append(Request["list[Position]"]):
+    """Durably append the encoded events of ``key`` as one append."""
+
+    key: str
+    data: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendAfter(Request["list[Position] | None"]):
+    """Append, all or none, only if the key's last record is at ``last_offset``."""
+
+    key: str
+    data: tuple[bytes, ...]
+    last_offset: int | None
+
+
+Steps: TypeAlias = Generator[Request[Any], Any, R]
+
+
+def ask(request: Request[R]) -> Steps[R]:
+    """Yield ``request`` to the shell and return its answer, typed."""
+    answer: R = yield request
+    return answer
+
+
+# -- the core ----------------------------------------------------------------------------
+
+class WorkerCore:
+    """Judging and bookkeeping for one worker identity.
+
+    ``atomic``: the shell reads through its own log view on a backend with compare-and-append,
+    so each append is conditional on the key's last record and accepted by construction (no
+    read-back). Otherwise appends are plain and read back through the state view (``verify``).
+    """
+
+    def __init__(self, worker_id: str, *, atomic: bool, verify: bool = True,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 accept_timeout_s: float = 10.0) -> None:
+        self.worker_id = worker_id
+        self.atomic = atomic
+        self.verify = verify
+        self.max_payload_bytes = max_payload_bytes
+        self.accept_timeout_s = accept_timeout_s
+        self.known: dict[str, tuple[EffectEvent | None, int | None]] = {}
+        self.claimed: dict[str, int] = {}
+        self.last_position: Position | None = None
+        self._codec = event_codec()
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def load(self, key: str, fresh: bool = False) -> Steps[EffectEvent | None]:
+        """Current snapshot of ``key``; in atomic mode also remembers the offset it is at."""
+        if not self.atomic:
+            return (yield from ask(Current(key)))
+        if fresh or key not in self.known:
+            self.remember(key, *(yield from ask(CurrentAt(key))))
+        return self.known[key][0]
+
+    def require(self, key: str) -> Steps[EffectEvent]:
+        current = yield from self.load(key)
+        if current is None:
+            raise NotFound(f"no effect with key {key}")
+        return current
+
+    def existing(self, created: EffectEvent, fresh: bool = False) -> Steps[EffectEvent | None]:
+        """The key's current record if the effect exists (same payload), else None.
+
+        In atomic mode a key this worker has not seen is not read: appending "no record yet"
+        fails if it exists, and only then is it read (one query fewer). Raises
+        :class:`PayloadMismatch` when the key exists with another payload.
+        """
+        key = created.idempotency_key
+        if not fresh and self.atomic and key not in self.known:
+            return None
+        existing = yield from self.load(key, fresh=fresh)
+        if existing is not None:
+            check_binding(existing, created)
+        return existing
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def new_effect(self, operation_id: str, kind: str, target: str, payload: Any,
+                   payload_ref: str | None) -> EffectEvent:
+        return new_effect(operation_id, kind, target, payload, self.worker_id,
+                          payload_ref=payload_ref, max_payload_bytes=self.max_payload_bytes)
+
+    def create(self, operation_id: str, kind: str, target: str, payload: Any,
+               payload_ref: str | None) -> Steps[EffectEvent]:
+        event = self.new_effect(operation_id, kind, target, payload, payload_ref)
+        existing = yield from self.existing(event)
+        if existing is None:
+            try:
+                return (yield from self.write(event))
+            except (IllegalTransition, Fenced):
+                # Another delivery created the key at the same moment: judge against it.
+                existing = yield from self.existing(event, fresh=True)
+                if existing is None:
+                    raise
+        return existing
+
+    def reserve(self, key: str, epoch: int | None) -> Steps[EffectEvent]:
+        current = yield from self.require(key)
+        transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
+        return (yield from self.write(advance(current, transition, self.worker_id, epoch=epoch)))
+
+    def step(self, key: str, transition: Transition, epoch: int | None, *,
+             outcome: Outcome | None = None, error: str | None = None) -> Steps[EffectEvent]:
+        """DISPATCH, RECORD, UNKNOWN or AWAIT_APPROVAL with this worker's epoch."""
+        current = yield from self.require(key)
+        event = advance(current, transition, self.worker_id, outcome=outcome, error=error,
+                        epoch=self.epoch(key, current, epoch))
+        return (yield from self.write(event))
+
+    def record(self, key: str, status: State | str, result: Any, source: str,
+               epoch: int | None) -> Steps[EffectEvent]:
+        state = State(status.upper()) if isinstance(status, str) else status
+        if state not in (State.SUCCEEDED, State.FAILED):
+            raise IllegalTransition(f"an outcome is SUCCEEDED or FAILED, not {state.value}")
+        return (yield from self.step(key, T.RECORD, epoch, outcome=Outcome(state, result, source)))
+
+    def approve(self, key: str, decision: Decision | str, by: str,
+                reason: str) -> Steps[EffectEvent]:
+        choice = Decision(decision.upper()) if isinstance(decision, str) else decision
+        if not by.strip() or not reason.strip():
+            raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
+        current = yield from self.require(key)
+        approval = Approval(choice, by, reason)
+        return (yield from self.write(advance(current, T.APPROVE, self.worker_id,
+                                              approval=approval)))
+
+    def begin(self, operation_id: str, kind: str, target: str, payload: Any,
+              payload_ref: str | None) -> Steps[tuple[EffectEvent, bool]]:
+        """Create (or find), claim and dispatch the effect in one atomic, durable append.
+
+        Returns the DISPATCHED event, or the finished record with ``done``. The three events
+        are still three transitions in the log; writing them together makes DISPATCHED
+        durable before the call at the cost of one write, not three.
+        """
+        created = self.new_effect(operation_id, kind, target, payload, payload_ref)
+        for attempt in range(RACE_RETRIES):
+            existing = yield from self.existing(created, fresh=attempt > 0)
+            head = created if existing is None else existing
+            if head.state in (State.SUCCEEDED, State.FAILED, State.ABANDONED):
+                return head, True
+            if head.state not in OPEN_FOR_DISPATCH:
+                raise EffectInDoubt(head)
+            claim = advance(head, T.RESERVE if head.state is State.CREATED else T.CLAIM,
+                            self.worker_id)
+            dispatched = advance(claim, T.DISPATCH, self.worker_id)
+            try:
+                if existing is None:
+                    yield from self.write(created, claim, dispatched)
+                else:
+                    yield from self.write(claim, dispatched)
+            except (IllegalTransition, Fenced):
+                continue  # another writer moved the key in between: judge again
+            return dispatched, False
+        raise Fenced(f"dispatch of {created.idempotency_key} kept losing to concurrent writers",
+                     "lost_race")
+
+    def write(self, *events: EffectEvent) -> Steps[EffectEvent]:
+        """Append already-checked events of one key, in order, as one durable append."""
+        key = events[0].idempotency_key
+        if any(e.idempotency_key != key for e in events):
+            raise InvalidInput("one write carries the events of one key")
+        data = tuple(self._codec.encode(e.to_record()) for e in events)
+        if self.atomic:
+            return (yield from self._write_atomic(events, data))
+        positions = yield from ask(Append(key, data))
+        last = events[-1]
+        if self.verify and not (yield from ask(Accepted(last, positions[-1],
+                                                        self.accept_timeout_s))):
+            winner = yield from ask(Current(key))
+            owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
+            raise Fenced(f"{last.transition.value} on {key} lost to a concurrent writer{owner}",
+                         "lost_race")
+        self._accepted(events, positions)
+        return last
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def epoch(self, key: str, current: EffectEvent, epoch: int | None) -> int:
+        """The epoch this worker writes with: explicit, else the one it claimed, else current.
+
+        Remembering the claimed epoch is what fences a paused worker out after a
+        replacement with the same worker id has claimed the key.
+        """
+        if epoch is not None:
+            return epoch
+        return self.claimed.get(key, current.fencing_epoch)
+
+    def remember(self, key: str, event: EffectEvent | None, offset: int | None) -> None:
+        if len(self.known) >= 10_000:
+            self.known.pop(next(iter(self.known)))
+        self.known[key] = (event, offset)
+
+    def _write_atomic(self, events: tuple[EffectEvent, ...],
+                      data: tuple[bytes, ...]) -> Steps[EffectEvent]:
+        key = events[0].idempotency_key
+        for _ in range(RACE_RETRIES):
+            last_offset = self.known.get(key, (None, None))[1]
+            positions = yield from ask(AppendAfter(key, data, last_offset))
+            if positions is not None:
+                self.remember(key, events[-1], positions[-1].offset)
+                self._accepted(events, positions)
+                return events[-1]
+            fresh = yield from self.load(key, fresh=True)  # someone wrote in between: judge again
+            check(fresh, events[0])
+        raise Fenced(f"{events[0].transition.value} on {key} kept losing to concurrent writers",
+                     "lost_race")
+
+    def _accepted(self, events: tuple[EffectEvent, ...], positions: list[Position]) -> None:
+        for event, position in zip(events, positions, strict=True):
+            self.last_position = position
+            if event.transition in CLAIMING:
+                self.claimed[event.idempotency_key] = event.fencing_epoch
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("appended %s %s at %s", event.transition.value,
+                             event.idempotency_key, position)

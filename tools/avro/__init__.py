@@ -1,0 +1,1 @@
+"""Apache Avro's Java implementation for the interop tests: see tools.avro.interop."""
