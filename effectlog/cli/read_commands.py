@@ -174,6 +174,9 @@ def stats(obj: CliContext, as_json: bool, server: str | None) -> None:
     _table("metrics", ["metric", "count"], [[k, v] for k, v in figures["metrics"].items()])
     _table("rejected events by reason", ["reason", "count"],
            [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])
+    if figures.get("legacy_records"):
+        _table("legacy records read", ["encoding", "records"],
+               [["fingerprint byte-reversed (pre-spec header)", figures["legacy_records"]]])
     _table("projector lag", ["partition", "log end", "projected", "lag"],
            [[p, figures["end_offsets"][p], figures["next_offsets"].get(p, 0), lag]
             for p, lag in figures["lag"].items()])
