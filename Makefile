@@ -44,6 +44,9 @@ bench: $(STAMP)
 	$(PY) bench/append.py
 	$(PY) bench/project.py
 	$(PY) bench/redact.py
+	$(PY) bench/cluster_restore.py
+	$(PY) bench/cluster_api.py
+	$(PY) bench/cluster_failover.py
 
 # The soak (bench/soak.py): OPS operations by WORKERS worker processes, workers and `serve`
 # SIGKILLed, recovery until quiet; the last line gives kills, duplicates and lost events.

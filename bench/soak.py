@@ -52,8 +52,8 @@ from effectlog.errors import CodecError
 from effectlog.log import EVENTS, open_log
 from effectlog.model import State
 from projections import open_reader
-from projections.digest import projection_digest
 from projections.projector import project
+from projections.rocksdb.digest import projection_digest
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")
 STUCK_AFTER = "1500ms"  # as the demo on SQLite: slow answers (2.5-3.5 s) get taken over

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from consumers.bookkeeping import OffsetStore
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
@@ -35,6 +35,19 @@ from effectlog.view import StateView
 from effectlog.worker import Worker, default_worker_id
 
 logger = logging.getLogger(__name__)
+
+
+class CommandOffsets(Protocol):
+    """Where the reconciler keeps its consumed offsets (a local
+    :class:`~consumers.bookkeeping.OffsetStore`, or the consumer group's on Kafka)."""
+
+    def bind(self, log: EventLog) -> None:
+        """Refuse (:class:`~effectlog.errors.WrongLog`) offsets kept for another log."""
+        ...
+
+    def get(self, topic: str) -> dict[int, int]: ...
+
+    def commit(self, topic: str, partition: int, next_offset: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +73,14 @@ class Handled:
 class Reconciler:
     """Settles stuck effects; one instance per process, offsets kept in ``offsets``."""
 
-    def __init__(self, log: EventLog, provider: Provider, offsets: OffsetStore,
+    def __init__(self, log: EventLog, provider: Provider, offsets: CommandOffsets,
                  settings: ReconcilerSettings | None = None, *, view: StateView | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 partitions: Callable[[], Iterable[int]] | None = None) -> None:
         self.log = log
+        # Commands are keyed like events, so command partition N belongs to the process
+        # that owns events partition N (``partitions`` lists those; default: all).
+        self.partitions = partitions
         self.provider = provider
         self.offsets = offsets
         self.settings = settings or ReconcilerSettings()
@@ -80,7 +97,9 @@ class Reconciler:
             self._bound = True
         done: list[Handled] = []
         stored = self.offsets.get(COMMANDS)
-        for partition in range(self.log.partitions(COMMANDS)):
+        mine = range(self.log.partitions(COMMANDS)) if self.partitions is None \
+            else self.partitions()
+        for partition in mine:
             offset = stored.get(partition, 0)
             while True:
                 records = self.log.read(COMMANDS, partition, offset, self.settings.batch, timeout)

@@ -1,26 +1,26 @@
-"""Prometheus metrics of a serving process and the HTTP endpoint exposing them.
+"""Prometheus metrics of a serving process.
 
 Each :class:`Metrics` owns its registry (no global state). Counters are bumped by this
 process's reconciler as it works; gauges are refreshed by :meth:`Metrics.observe` from the
 projection (whose counters cover every worker's events and survive restarts) and the log.
-:class:`MetricsServer` serves ``/metrics`` (refreshing the gauges first, so its lag is the
-one ``/healthz`` reports at that moment) and ``/healthz``.
+``effectlog serve`` exposes :meth:`Metrics.render` on ``/metrics``, refreshing the gauges
+first so its lag is the one ``/healthz`` reports (see :mod:`consumers.node.http_api`).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
-logger = logging.getLogger(__name__)
-
-#: A health probe: (healthy, details) where details are shown as JSON.
-HealthCheck = Callable[[], tuple[bool, dict[str, object]]]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "projector_lag"]
 
 
 def projector_lag(end_offsets: Mapping[int, int], next_offsets: Mapping[int, int]) -> int:
@@ -28,7 +28,7 @@ def projector_lag(end_offsets: Mapping[int, int], next_offsets: Mapping[int, int
     return sum(max(0, end - next_offsets.get(p, 0)) for p, end in end_offsets.items())
 
 
-#: Gauge label -> the projection's counter (see projections.partition.event_metrics).
+#: Gauge label -> the projection's counter (see projections.rocksdb.writer.event_metrics).
 _PROJECTED = {
     "attempts": "metric:attempts", "confirmed_effects": "metric:confirmed_effects",
     "reconciled": "metric:reconciled", "failed": "metric:recorded:failed",
@@ -62,6 +62,15 @@ class Metrics:
                                "by kind: attempts (dispatches), confirmed_effects, reconciled "
                                "(recorded from a lookup), failed, approved_retries, abandoned.",
                                ["kind"], registry=r)
+        self.partitions = Gauge("effectlog_partitions", "Events partitions held by this process, "
+                                "by status (serving, restoring).", ["status"], registry=r)
+        self.restore_seconds = Histogram("effectlog_partition_restore_seconds",
+                                         "Time from a partition's assignment until it serves.",
+                                         buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
+                                         registry=r)
+        self.restored_records = Counter("effectlog_partition_restored_records",
+                                        "Records applied while restoring assigned partitions.",
+                                        registry=r)
 
     def observe(self, counts: Mapping[str, int], end_offsets: Mapping[int, int],
                 next_offsets: Mapping[int, int]) -> None:
@@ -78,68 +87,3 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return bytes(generate_latest(self.registry))
-
-
-class MetricsServer:
-    """``/metrics`` and ``/healthz`` on a background thread; ``close`` stops it.
-
-    ``refresh``, when given, runs before each ``/metrics`` answer (it calls
-    :meth:`Metrics.observe`), so gauges are as fresh as the health probe.
-    """
-
-    def __init__(self, metrics: Metrics, health: HealthCheck, host: str = "127.0.0.1",
-                 port: int = 9464, refresh: Callable[[], None] | None = None) -> None:
-        handler = _handler(metrics, health, refresh)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics",
-                                        daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        logger.info("metrics on http://%s:%d/metrics", *self._server.server_address[:2])
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-
-def _handler(metrics: Metrics, health: HealthCheck,
-             refresh: Callable[[], None] | None) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                if refresh is not None:
-                    try:
-                        refresh()
-                    except Exception as exc:  # serve the last figures, whatever broke
-                        logger.warning("metrics refresh failed: %s", exc)
-                self._send(200, CONTENT_TYPE_LATEST, metrics.render())
-            elif path == "/healthz":
-                try:
-                    ok, details = health()
-                except Exception as exc:  # a probe must answer, whatever broke
-                    ok, details = False, {"error": f"{type(exc).__name__}: {exc}"}
-                body = json.dumps({"ok": ok, **details}, default=str).encode()
-                self._send(200 if ok else 503, "application/json", body)
-            else:
-                self._send(404, "text/plain", b"not found\n")
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            logger.debug("metrics http: " + format, *args)
-
-    return Handler

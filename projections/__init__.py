@@ -1,7 +1,8 @@
 """RocksDB projection of the effect log and its read-side queries.
 
 ``open_reader(state_dir)`` is the one way in for readers; the projector lives in
-:mod:`projections.projector`. Submodules are imported lazily so that a one-shot reader
+:mod:`projections.projector`, the ports in :mod:`projections.store`, the RocksDB backend
+in :mod:`projections.rocksdb`. Submodules are imported lazily so that a one-shot reader
 (``effectlog get``) loads only what it uses.
 """
 
@@ -11,7 +12,7 @@ import os
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from projections.rocksdb import RocksProjectionReader
+    from projections.rocksdb.reader import RocksProjectionReader
 
 
 def open_reader(state_dir: str | os.PathLike[str],
@@ -24,6 +25,7 @@ def open_reader(state_dir: str | os.PathLike[str],
     ``families`` opens only those column families (default: all). A missing projection
     opens as an empty reader (``exists`` is False).
     """
-    from projections.rocksdb import COLUMN_FAMILIES, RocksProjectionReader
+    from projections.rocksdb.db import COLUMN_FAMILIES
+    from projections.rocksdb.reader import RocksProjectionReader
 
     return RocksProjectionReader(state_dir, mode, families or COLUMN_FAMILIES)

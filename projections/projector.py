@@ -1,15 +1,18 @@
-"""The projector: reads the events topic of any EventLog and applies it to RocksDB.
+"""The projector: applies the events partitions assigned to it to a projection store.
 
-It resumes from the offsets stored in the projection (never consumer-group offsets),
-compares them with the log's end offsets to know and report its lag, and applies one poll
-batch at a time per partition (see :class:`projections.partition.PartitionWriter`).
+It is told which partitions it owns (:meth:`Projector.assigned` / :meth:`Projector.revoked`,
+the :class:`~effectlog.log.source.AssignmentListener` protocol): a fixed set (every
+partition by default) read with positioned reads, or whatever a Kafka consumer group hands
+this process. Each partition resumes at the offset stored in its projection, never at a
+consumer-group offset, and one poll batch per partition is applied at a time (see
+:class:`projections.store.PartitionWriter`).
 
 Reading, decoding and applying form a short pipeline: while one batch is judged and
 written, the next is already read and, when catching up, decoded in a helper process
 (:mod:`projections.decoding`). Only applied batches move the stored offsets, so whatever
 is in flight when the process dies is simply read again.
 
-When ``follow_swaps`` is on, it notices a rebuild swapping a new generation in and
+When ``follow_swaps`` is on, it notices a rebuild swapping a new projection in and
 continues on that one.
 """
 
@@ -20,22 +23,22 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Record
-from effectlog.private_fs import make_private_dirs
-from projections import layout, lineage
+from effectlog.log.source import LogSource, RecordSource
 from projections.decoding import InlineDecoder, ProcessDecoder
-from projections.partition import PartitionWriter
-from projections.rocksdb import METADATA
+from projections.store import PartitionWriter, ProjectionStore
 
 logger = logging.getLogger(__name__)
 
 DecoderChoice = Literal["auto", "inline", "process"]
+#: Called after each applied batch with (partition, next offset): every record below it
+#: has been applied (offsets that hold no records included).
+AppliedCallback = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,6 @@ class ProjectorSettings:
     batch_size: int = 2000
     cache_size: int = 50_000
     idle_sleep_s: float = 0.05
-    read_timeout_s: float = 0.0
     empty_reads_before_giving_up: int = 3
     decoder: DecoderChoice = "auto"
     process_decode_min: int = 1000
@@ -91,47 +93,74 @@ class _InFlight:
 
 
 class Projector:
-    """Applies the log's events topic to the projection under ``state_dir``."""
+    """Applies the log's events topic, partition by assigned partition, to ``store``.
 
-    def __init__(self, log: EventLog, state_dir: str | os.PathLike[str],
-                 settings: ProjectorSettings | None = None, *, follow_swaps: bool = True) -> None:
+    ``store`` is a :class:`ProjectionStore` or a state directory (the RocksDB store);
+    ``partitions`` is the fixed assignment used without a consumer group (default: all).
+    """
+
+    def __init__(self, log: EventLog, store: ProjectionStore | str | os.PathLike[str],
+                 settings: ProjectorSettings | None = None, *, follow_swaps: bool = True,
+                 partitions: Iterable[int] | None = None,
+                 on_applied: AppliedCallback | None = None) -> None:
         self.log = log
-        self.state_dir = Path(state_dir)
         self.settings = settings or ProjectorSettings()
+        if not isinstance(store, ProjectionStore):
+            from projections.rocksdb.store import RocksProjectionStore
+
+            store = RocksProjectionStore(store, self.settings.cache_size)
+        self.store = store
         self.follow_swaps = follow_swaps
-        self._generation: Path | None = None
+        self.partitions = None if partitions is None else sorted(set(partitions))
+        self.on_applied = on_applied
         self._writers: dict[int, PartitionWriter] = {}
-        self._empty_reads: dict[int, int] = {}
         self._cursors: dict[int, int] = {}  # next offset to read, per partition
+        self._reached: dict[int, int] = {}  # the source passed these offsets: no records below
+        self._source: RecordSource | None = None
         self._inflight: deque[_InFlight] = deque()
         self._inline = InlineDecoder()
         self._helper: ProcessDecoder | None = None
         self._helper_failed = False
-        self._turn = 0
 
-    # -- lifecycle -----------------------------------------------------------------------
+    # -- assignment (effectlog.log.source.AssignmentListener) ----------------------------
+
+    def assigned(self, partitions: Sequence[int]) -> dict[int, int]:
+        """Open the projection of ``partitions``; the stored next offset of each."""
+        count = self.log.partitions(EVENTS)
+        for partition in partitions:
+            if partition not in self._writers:
+                writer = self.store.open_writer(partition, partitions=count,
+                                                trust_first=self.log.compacted)
+                try:
+                    writer.bind_log(self.log)
+                except BaseException:
+                    self.store.release(partition)
+                    raise
+                self._writers[partition] = writer
+                self._cursors[partition] = writer.next_offset
+                logger.info("partition %d assigned: resuming at offset %d", partition,
+                            writer.next_offset)
+        return {p: self._writers[p].next_offset for p in partitions}
+
+    def revoked(self, partitions: Sequence[int], *, lost: bool = False) -> None:
+        """Let go of ``partitions``: batches in flight are applied first, unless ``lost``
+        (another process may own them already), when theirs are dropped."""
+        self._settle(discard=set(partitions) if lost else set())
+        for partition in partitions:
+            if self._writers.pop(partition, None) is not None:
+                self.store.release(partition)
+                logger.info("partition %d %s", partition, "lost" if lost else "revoked")
+            for table in (self._cursors, self._reached):
+                table.pop(partition, None)
 
     def open(self) -> None:
-        """Open (creating if needed) one RocksDB per partition of the events topic."""
-        self._close_writers()
-        generation = layout.ensure_generation(self.state_dir)
-        try:
-            for partition in range(self.log.partitions(EVENTS)):
-                path = make_private_dirs(layout.partition_dir(generation, partition))
-                writer = PartitionWriter(path, partition, self.settings.cache_size,
-                                         trust_first=self.log.compacted)
-                self._writers[partition] = writer
-                lineage.bind(writer.db.get_column_family(METADATA), self.log, partition,
-                             writer.next_offset, f"the projection {path}")
-                self._cursors[partition] = writer.next_offset
-        except BaseException:
-            self._close_writers()
-            raise
-        self._generation = generation
-        logger.info("projecting %s into %s", self.log.url, generation)
+        """Open the fixed assignment (every partition unless ``partitions`` was given)."""
+        self.assigned(self._static())
+        logger.info("projecting %s", self.log.url)
 
     def close(self) -> None:
-        self._close_writers()
+        self.revoked(sorted(self._writers))
+        self.store.close()
         self._drop_helper(failed=False)
 
     def __enter__(self) -> Projector:
@@ -143,24 +172,38 @@ class Projector:
 
     # -- state ---------------------------------------------------------------------------
 
+    @property
+    def assignment(self) -> list[int]:
+        """The partitions open here now."""
+        return sorted(self._writers)
+
     def next_offsets(self) -> dict[int, int]:
-        """The stored next offset of every partition."""
+        """The stored next offset of every assigned partition."""
         self._ensure_open()
         return {p: w.next_offset for p, w in sorted(self._writers.items())}
 
-    def lag(self, ends: dict[int, int] | None = None) -> dict[int, int]:
+    def lag(self, ends: Mapping[int, int] | None = None) -> dict[int, int]:
         """Records not yet applied, per partition (log end offset minus stored offset)."""
         ends = self.log.end_offsets(EVENTS) if ends is None else ends
         nexts = self.next_offsets()
-        return {p: max(0, end - nexts.get(p, 0)) for p, end in sorted(ends.items())}
+        return {p: max(0, end - nexts[p]) for p, end in sorted(ends.items()) if p in nexts}
 
     # -- work ----------------------------------------------------------------------------
 
-    def step(self, ends: dict[int, int], progress: Progress | None = None) -> int:
-        """Keep the pipeline full up to ``ends`` and apply the oldest batch; records handled."""
+    def source(self, until: Mapping[int, int] | None = None) -> LogSource:
+        """A started positioned-read source over the fixed assignment (bounded by ``until``)."""
         self._ensure_open()
+        source = LogSource(self.log, self.assignment, until=until,
+                           empty_reads_before_giving_up=self.settings.empty_reads_before_giving_up)
+        source.start(self)
+        self._source = source
+        return source
+
+    def step(self, source: RecordSource, progress: Progress | None = None) -> int:
+        """Keep the pipeline full from ``source`` and apply the oldest batch; records handled."""
+        self._source = source
         self._follow_swap()
-        self._fill(ends)
+        self._fill(source)
         if not self._inflight:
             return 0
         batch = self._inflight.popleft()
@@ -173,12 +216,14 @@ class Projector:
             self._drop_helper(failed=True)
             self._reset_pipeline()
             return 0
-        writer = self._writers[batch.partition]
+        writer = self._writers.get(batch.partition)
+        if writer is None:  # revoked meanwhile
+            return 0
         if batch.start != writer.next_offset:  # read for a state that is gone: read again
-            self._cursors[batch.partition] = writer.next_offset
-            self._drain()
+            self._reset_pipeline()
             return 0
         applied = writer.apply(batch.records, decoded)
+        self._advance(batch.partition, applied.next_offset)
         if progress is not None:
             progress.records += applied.records
             progress.accepted += applied.accepted
@@ -186,14 +231,25 @@ class Projector:
             progress.next_offsets = self.next_offsets()
         return applied.records
 
-    def run(self, *, once: bool = False, stop: threading.Event | None = None,
+    def run(self, *, source: RecordSource | None = None, once: bool = False,
+            stop: threading.Event | None = None,
             on_progress: ProgressCallback | None = None) -> Progress:
-        """Project until ``stop`` is set, or with ``once`` until the end offsets seen at the
-        start are reached. A stop request takes effect between batches."""
-        self._ensure_open()
+        """Project until ``stop`` is set; with ``once`` (and no ``source``) until the end
+        offsets seen at the start are reached. A stop request takes effect between batches.
+
+        ``source`` (e.g. a consumer group) decides the assignment; the caller has started
+        it with a listener that hands assignments on to :meth:`assigned` / :meth:`revoked`.
+        By default the fixed assignment is read with positioned reads.
+        """
         stop = stop or threading.Event()
-        ends = self.log.end_offsets(EVENTS)
-        progress = Progress(ends=dict(ends), next_offsets=self.next_offsets())
+        if source is None:
+            self._ensure_open()
+            ends = self.log.end_offsets(EVENTS)
+            source = self.source(until=ends if once else None)
+        else:
+            ends = {}
+        progress = Progress(ends={p: n for p, n in ends.items() if p in self._writers},
+                            next_offsets=self.next_offsets() if self._writers else {})
         if progress.total_lag:
             logger.info("projection is %d events behind the log (%s)", progress.total_lag,
                         _format_lag(progress.lag))
@@ -201,7 +257,7 @@ class Projector:
             on_progress(progress)
         reported = time.monotonic()
         while not stop.is_set():
-            handled = self.step(ends, progress)
+            handled = self.step(source, progress)
             if handled and on_progress is not None:
                 on_progress(progress)
             if handled and time.monotonic() - reported >= self.settings.log_every_s:
@@ -209,17 +265,10 @@ class Projector:
                 logger.info("applied %d events so far; %d behind the log (%s)", progress.records,
                             progress.total_lag, _format_lag(progress.lag),
                             extra={"applied": progress.records, "lag": progress.total_lag})
-            if self._caught_up(ends):
-                if once:
-                    break
-                stop.wait(self.settings.idle_sleep_s)
-                ends = self.log.end_offsets(EVENTS)
-                progress.ends = dict(ends)
-                self._empty_reads.clear()
-            elif not handled and not self._inflight:
-                stop.wait(self.settings.idle_sleep_s)
-        self._drain()
-        progress.next_offsets = self.next_offsets()
+            if once and source.exhausted and not self._inflight:
+                break
+        self._settle(discard=set())
+        progress.next_offsets = {p: w.next_offset for p, w in sorted(self._writers.items())}
         logger.info("projected %d events (%d accepted, %d rejected); lag now %s",
                     progress.records, progress.accepted, progress.rejected,
                     _format_lag(progress.lag))
@@ -227,36 +276,63 @@ class Projector:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _fill(self, ends: dict[int, int]) -> None:
-        """Read and hand to a decoder until ``pipeline_depth`` batches are in flight."""
-        limit = self.settings.empty_reads_before_giving_up
-        partitions = sorted(self._writers)
+    def _fill(self, source: RecordSource) -> None:
+        """Poll and hand to a decoder until ``pipeline_depth`` batches are in flight."""
         while len(self._inflight) < max(1, self.settings.pipeline_depth):
-            behind = [p for p in partitions
-                      if self._cursors[p] < ends.get(p, 0) and self._empty_reads.get(p, 0) < limit]
-            if not behind:
+            wait = 0.0 if self._inflight else self.settings.idle_sleep_s
+            fetched = source.poll(self.settings.batch_size, wait)
+            for partition, offset in fetched.reached.items():
+                if partition in self._writers:
+                    self._reached[partition] = offset
+            if not fetched.records:
+                self._note_reached()
                 return
-            self._turn += 1
-            partition = behind[self._turn % len(behind)]
-            start = self._cursors[partition]
-            records = self.log.read(EVENTS, partition, start, self.settings.batch_size,
-                                    self.settings.read_timeout_s)
-            if not records:
-                # Nothing between the cursor and the end seen: those offsets hold no records
-                # (transaction markers), so the stored offset moves over them once the
-                # pipeline has applied everything before.
-                writer = self._writers[partition]
-                if not self._inflight and writer.next_offset == start:
-                    writer.skip_to(ends.get(partition, 0))
-                    self._cursors[partition] = writer.next_offset
-                    continue
-                self._empty_reads[partition] = self._empty_reads.get(partition, 0) + 1
+            for partition, records in _by_partition(fetched.records).items():
+                start = self._cursors.get(partition)
+                if start is None or records[-1].offset < start:
+                    continue  # not ours (any more), or read before
+                decoder = self._decoder_for(len(records))
+                decoder.send([r.value for r in records])
+                self._inflight.append(_InFlight(partition, start, records, decoder))
+                self._cursors[partition] = records[-1].offset + 1
+
+    def _advance(self, partition: int, offset: int) -> None:
+        self._note_reached(partition)
+        if self.on_applied is not None:
+            self.on_applied(partition, self._writers[partition].next_offset)
+
+    def _note_reached(self, only: int | None = None) -> None:
+        """Move the stored offset over offsets the source passed without records, once
+        nothing of their partition is in flight."""
+        busy = {b.partition for b in self._inflight}
+        for partition, offset in list(self._reached.items()):
+            if (only is not None and partition != only) or partition in busy:
                 continue
-            self._empty_reads[partition] = 0
-            decoder = self._decoder_for(len(records))
-            decoder.send([r.value for r in records])
-            self._inflight.append(_InFlight(partition, start, records, decoder))
-            self._cursors[partition] = records[-1].offset + 1
+            del self._reached[partition]
+            writer = self._writers.get(partition)
+            if writer is None or self._cursors.get(partition, offset) > offset \
+                    or offset <= writer.next_offset:
+                continue
+            writer.skip_to(offset)
+            self._cursors[partition] = offset
+            if only is None and self.on_applied is not None:
+                self.on_applied(partition, offset)
+
+    def _settle(self, discard: set[int]) -> None:
+        """Empty the pipeline: apply the batches in flight, except those of ``discard``."""
+        while self._inflight:
+            batch = self._inflight.popleft()
+            try:
+                decoded = batch.decoder.receive()
+            except BackendUnavailable:  # the helper died: start afresh if it is needed again
+                self._drop_helper(failed=False)
+                self._reset_pipeline()
+                return
+            writer = self._writers.get(batch.partition)
+            if batch.partition in discard or writer is None or batch.start != writer.next_offset:
+                continue
+            self._advance(batch.partition, writer.apply(batch.records, decoded).next_offset)
+        self._inline.close()
 
     def _decoder_for(self, size: int) -> InlineDecoder | ProcessDecoder:
         choice = self.settings.decoder
@@ -267,20 +343,20 @@ class Projector:
             self._helper = ProcessDecoder()
         return self._helper
 
-    def _drain(self) -> None:
-        """Drop the batches in flight (their decoders' answers are received and discarded)."""
+    def _reset_pipeline(self) -> None:
+        """Forget everything in flight; reading starts again at the stored offsets."""
         try:
             while self._inflight:
                 self._inflight.popleft().decoder.receive()
-        except BackendUnavailable:  # the helper died: start afresh if it is needed again
+        except BackendUnavailable:
             self._drop_helper(failed=False)
-        self._reset_pipeline()
-
-    def _reset_pipeline(self) -> None:
-        """Forget everything in flight; reading starts again at the stored offsets."""
         self._inflight.clear()
         self._inline.close()
-        self._cursors = {p: w.next_offset for p, w in self._writers.items()}
+        self._reached.clear()
+        for partition, writer in self._writers.items():
+            self._cursors[partition] = writer.next_offset
+            if self._source is not None:
+                self._source.seek(partition, writer.next_offset)
 
     def _drop_helper(self, failed: bool) -> None:
         if self._helper is not None:
@@ -288,32 +364,33 @@ class Projector:
             self._helper = None
         self._helper_failed = self._helper_failed or failed
 
-    def _close_writers(self) -> None:
-        self._drain()
-        for writer in self._writers.values():
-            writer.close()
-        self._writers.clear()
-        self._cursors.clear()
-        self._generation = None
+    def _static(self) -> list[int]:
+        if self.partitions is not None:
+            return self.partitions
+        return list(range(self.log.partitions(EVENTS)))
 
     def _ensure_open(self) -> None:
         if not self._writers:
             self.open()
 
-    def _caught_up(self, ends: dict[int, int]) -> bool:
-        if self._inflight:
-            return False
-        limit = self.settings.empty_reads_before_giving_up
-        return all(w.next_offset >= ends.get(p, 0) or self._empty_reads.get(p, 0) >= limit
-                   for p, w in self._writers.items())
-
     def _follow_swap(self) -> None:
-        if not self.follow_swaps:
+        if not self.follow_swaps or not self.store.outdated():
             return
-        current = layout.current_generation(self.state_dir)
-        if current is not None and self._generation is not None and current != self._generation:
-            logger.info("a rebuild swapped in %s: continuing there", current)
-            self.open()
+        partitions = self.assignment
+        logger.info("a rebuild swapped a new projection in: continuing there")
+        self._settle(discard=set(partitions))
+        self.revoked(partitions)
+        starts = self.assigned(partitions)
+        if self._source is not None:
+            for partition, offset in starts.items():
+                self._source.seek(partition, offset)
+
+
+def _by_partition(records: list[Record]) -> dict[int, list[Record]]:
+    out: dict[int, list[Record]] = {}
+    for record in records:
+        out.setdefault(record.partition, []).append(record)
+    return out
 
 
 def _format_lag(lag: dict[int, int]) -> str:

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 from effectlog.log.base import EventLog
-from projections import layout
 from projections.projector import ProgressCallback, Projector, ProjectorSettings
+from projections.rocksdb import layout
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,22 @@
-"""The read side of the projection: what the CLI, workers and recovery ask of it.
+"""The ports of the projection: a reader for the CLI, workers and recovery, and the store
+the projector writes through.
 
-The projector (``projections.projector``) is the only writer; everything else reads
-through :class:`ProjectionReader`, which is safe to open while the projector runs.
+:class:`ProjectionStore` hands out one :class:`PartitionWriter` per partition assigned to
+this process (opened on assignment, released on revocation); the projector
+(``projections.projector``) is its only user. Everything else reads through
+:class:`ProjectionReader`, which is safe to use while the projector runs.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 if TYPE_CHECKING:
-    from effectlog.log.base import Position
+    from effectlog.log.base import EventLog, Position, Record
     from effectlog.model import EffectEvent, State
+    from projections.decoding import Decoded
 
 
 class Rejection(NamedTuple):
@@ -84,3 +88,71 @@ class ProjectionReader(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Applied(NamedTuple):
+    """What one batch did to a partition."""
+
+    records: int
+    accepted: int
+    rejected: int
+    next_offset: int
+
+
+class PartitionWriter(ABC):
+    """The only writer of one partition's projection.
+
+    ``apply`` judges a batch of consecutive records and commits the resulting state
+    together with the partition's next offset, all or nothing: a writer killed at any
+    instant resumes at ``next_offset`` and ends with the state of a clean rebuild.
+    """
+
+    partition: int
+    next_offset: int
+
+    @abstractmethod
+    def apply(self, records: Sequence[Record],
+              decoded: Sequence[Decoded] | None = None) -> Applied:
+        """Judge and commit ``records``; those below ``next_offset`` are skipped."""
+
+    @abstractmethod
+    def bind_log(self, log: EventLog) -> None:
+        """Refuse (:class:`~effectlog.errors.WrongLog`) to continue on a log other than the
+        one this partition was projected from, or one shorter than its stored offset;
+        record ``log``'s identity when none is recorded yet (see :mod:`projections.lineage`)."""
+
+    @abstractmethod
+    def skip_to(self, next_offset: int) -> None:
+        """Move the stored offset over offsets that hold no records (Kafka's transaction
+        markers, compacted tails), so "applied up to the log end" can be true."""
+
+
+class ProjectionStore(ABC):
+    """Where one process keeps the projection of the partitions assigned to it."""
+
+    @abstractmethod
+    def open_writer(self, partition: int, *, partitions: int,
+                    trust_first: bool = False) -> PartitionWriter:
+        """Open ``partition`` (of ``partitions`` in all) for writing, creating it if needed.
+
+        ``trust_first``: the log is compacted, so a key's oldest surviving record may be any
+        event. Raises :class:`~effectlog.errors.BackendUnavailable` when another process
+        writes it already.
+        """
+
+    @abstractmethod
+    def release(self, partition: int) -> None:
+        """Close ``partition``'s writer (revoked or lost); its state stays on disk."""
+
+    @abstractmethod
+    def reader(self) -> ProjectionReader:
+        """A reader over the partitions open for writing here, seeing each commit at once."""
+
+    def outdated(self) -> bool:
+        """Whether the projection was replaced under the open writers (a rebuild swapped a
+        new one in); the projector then releases and reopens its partitions."""
+        return False
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every partition."""

@@ -16,7 +16,7 @@ import time
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Position
 from effectlog.model import EffectEvent
-from projections.rocksdb import RocksProjectionReader
+from projections.rocksdb.reader import RocksProjectionReader
 
 
 class ProjectionView:

@@ -32,6 +32,8 @@ def main() -> None:
 
 def fast_get_json(argv: list[str]) -> int | None:
     """Print one snapshot and return 0, or None to let the full CLI handle ``argv``."""
+    if os.environ.get("EFFECTLOG_SERVER"):
+        return None  # read through a serve instance: the full CLI does that
     options = {"--state": os.environ.get("EFFECTLOG_STATE", _DEFAULT_STATE),
                "--log": os.environ.get("EFFECTLOG_LOG", _DEFAULT_LOG)}
     i = 0

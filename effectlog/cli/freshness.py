@@ -66,7 +66,7 @@ def catch_up(obj: CliContext, applied: int, end: int) -> None:
     difference here within ``obj.timeout_s``, or, where another projector holds the
     projection, wait up to :data:`OTHER_PROJECTOR_WAIT_S` for it to get there. Whatever is
     left is said in one line on stderr, and the read goes on with the projection as it is."""
-    from projections.rocksdb import ProjectionLocked
+    from projections.rocksdb.db import ProjectionLocked
 
     try:
         left = _project(obj, end - applied)

@@ -23,7 +23,7 @@ Claims = dict[int, tuple[str | None, int]]  # partition -> (log identity, next o
 
 def projection_claims(state_dir: str) -> Claims:
     """What the projection under ``state_dir`` claims, read without writing anything."""
-    from projections import layout
+    from projections.rocksdb import layout
 
     if layout.current_generation(state_dir) is None:
         return {}

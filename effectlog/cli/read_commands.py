@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from effectlog.cli.context import EXIT_NOT_FOUND, EXIT_USAGE, CliContext, emit_json, fail
+from effectlog.stats import STATES
 
 if TYPE_CHECKING:
-    from projections.rocksdb import RocksProjectionReader
+    from effectlog.client import StateClient
+    from projections.rocksdb.reader import RocksProjectionReader
 
 F = TypeVar("F", bound=Callable[..., Any])
-STATES = ("CREATED", "RESERVED", "DISPATCHED", "UNKNOWN", "AWAITING_APPROVAL", "SUCCEEDED",
-          "FAILED", "ABANDONED")
 
 
 def _older_than_ms(text: str) -> int:
@@ -73,6 +73,20 @@ def catch_up_option(command: F) -> F:
              "(bounded by --timeout); --no-catch-up reads the projection as it is.")(command)
 
 
+#: ``--server URL`` of get/list/stats: read through a serve instance (comma-separated
+#: URLs fail over), instead of the local projection.
+server_option = click.option(
+    "--server", "server", envvar="EFFECTLOG_SERVER", show_envvar=True, default=None,
+    metavar="URL", help="Read through the effectlog serve instance at URL (several URLs, "
+                        "comma-separated, fail over).")
+
+
+def _client(server: str) -> StateClient:
+    from effectlog.client import StateClient
+
+    return StateClient(server)
+
+
 def _no_projection(obj: CliContext) -> str:
     from pathlib import Path
 
@@ -93,17 +107,22 @@ def _age(ms: int, now: int) -> str:
 @click.argument("key")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
 @catch_up_option
+@server_option
 @click.pass_obj
-def get(obj: CliContext, key: str, as_json: bool, catch_up: bool) -> None:
+def get(obj: CliContext, key: str, as_json: bool, catch_up: bool, server: str | None) -> None:
     """Show the current state of one effect (exit 1 if the key is unknown)."""
     from effectlog.keys import validate_key
 
     validate_key(key)
-    reader = _fresh_reader(obj, ("state",), catch_up)
-    try:
-        snapshot = reader.get_json(key)
-    finally:
-        reader.close()
+    if server:
+        with _client(server) as client:
+            snapshot = client.get(key).snapshot
+    else:
+        reader = _fresh_reader(obj, ("state",), catch_up)
+        try:
+            snapshot = reader.get_json(key)
+        finally:
+            reader.close()
     if snapshot is None:
         fail(f"no effect with key {key}", EXIT_NOT_FOUND)
     if as_json:
@@ -125,9 +144,10 @@ def get(obj: CliContext, key: str, as_json: bool, catch_up: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of snapshots.")
 @click.option("--keys", "keys_only", is_flag=True, help="Print only the keys, one a line.")
 @catch_up_option
+@server_option
 @click.pass_obj
 def list_effects(obj: CliContext, state: str | None, older_than: str | None, limit: int,
-                 as_json: bool, keys_only: bool, catch_up: bool) -> None:
+                 as_json: bool, keys_only: bool, catch_up: bool, server: str | None) -> None:
     """List effects by state and age, oldest first: a range scan over the state/time index.
 
     Keys are shown whole (the table grows wider than the terminal rather than cut one);
@@ -137,14 +157,19 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
         raise click.UsageError("--json and --keys are alternatives: give one")
     now = int(time.time() * 1000)
     cutoff = now - _older_than_ms(older_than) if older_than is not None else None
-    states = [state.upper()] if state else list(STATES)
-    reader = _fresh_reader(obj, ("state", "index"), catch_up)
-    try:
-        found = [(at, snap) for name in states for at, snap in _scan(reader, name, cutoff, limit)]
-    finally:
-        reader.close()
-    found.sort(key=lambda item: (item[0], item[1]["idempotency_key"]))
-    snapshots = [snap for _, snap in found[:limit]]
+    if server:
+        with _client(server) as client:
+            snapshots = client.list(state.upper() if state else None, older_than, limit)
+    else:
+        states = [state.upper()] if state else list(STATES)
+        reader = _fresh_reader(obj, ("state", "index"), catch_up)
+        try:
+            found = [(at, snap) for name in states
+                     for at, snap in _scan(reader, name, cutoff, limit)]
+        finally:
+            reader.close()
+        found.sort(key=lambda item: (item[0], item[1]["idempotency_key"]))
+        snapshots = [snap for _, snap in found[:limit]]
     if as_json:
         emit_json(snapshots)
         return
@@ -162,7 +187,7 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
 
 def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
           limit: int) -> list[tuple[int, dict[str, Any]]]:
-    from projections.snapshot import snapshot_json
+    from projections.rocksdb.snapshot import snapshot_json
 
     return [(at, snapshot_json(raw)) for at, _, raw in reader.scan_raw(state, cutoff, limit)]
 
@@ -170,13 +195,18 @@ def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @catch_up_option
+@server_option
 @click.pass_obj
-def stats(obj: CliContext, as_json: bool, catch_up: bool) -> None:
+def stats(obj: CliContext, as_json: bool, catch_up: bool, server: str | None) -> None:
     """Effects per state, rejected events per reason, projector lag per partition.
 
     Exit 4 when the log cannot be reached (lag needs its end offsets).
     """
-    figures = collect_stats(obj, catch_up)
+    if server:
+        with _client(server) as client:
+            figures = client.stats()
+    else:
+        figures = collect_stats(obj, catch_up)
     if as_json:
         emit_json(figures)
         return
@@ -195,28 +225,13 @@ def stats(obj: CliContext, as_json: bool, catch_up: bool) -> None:
                  for p, lag in figures["lag"].items()])
 
 
-def effect_metrics(counts: dict[str, int]) -> dict[str, int]:
-    """Attempts, confirmed effects, reconciliations, unresolved UNKNOWN and rejected events,
-    kept apart (the projector counts them from accepted events)."""
-    return {
-        "attempts (dispatches)": counts.get("metric:attempts", 0),
-        "confirmed provider effects": counts.get("metric:confirmed_effects", 0),
-        "failed outcomes": counts.get("metric:recorded:failed", 0),
-        "reconciled by lookup": counts.get("metric:reconciled", 0),
-        "approved retries": counts.get("metric:decisions:retry", 0),
-        "abandoned": counts.get("metric:decisions:abandon", 0),
-        "unresolved UNKNOWN": counts.get("state:UNKNOWN", 0)
-        + counts.get("state:AWAITING_APPROVAL", 0),
-        "rejected events": sum(n for label, n in counts.items() if label.startswith("rejected:")),
-    }
-
-
 def collect_stats(obj: CliContext, catch_up: bool = True) -> dict[str, Any]:
     """The figures ``stats`` shows; other sections (metrics) can be added to the dict."""
     from pathlib import Path
 
     from effectlog.log.base import EVENTS
     from effectlog.redact import redact_url
+    from effectlog.stats import stats_figures
 
     log = obj.open_log()
     try:
@@ -231,19 +246,5 @@ def collect_stats(obj: CliContext, catch_up: bool = True) -> dict[str, Any]:
         log_url = log.url  # as resolved: a relative sqlite path shows absolute
     finally:
         log.close()
-    states = {name: counts.get(f"state:{name}", 0) for name in STATES}
-    rejected = {label.split(":", 1)[1]: n for label, n in counts.items()
-                if label.startswith("rejected:")}
-    return {
-        "states": states,
-        "metrics": effect_metrics(counts),
-        "rejected": rejected,
-        "rejected_total": sum(rejected.values()),
-        # records written by earlier versions with the fingerprint byte-reversed (still read)
-        "legacy_records": counts.get("legacy:fingerprint_order", 0),
-        "end_offsets": {str(p): n for p, n in ends.items()},
-        "next_offsets": {str(p): n for p, n in nexts.items()},
-        "lag": {str(p): max(0, n - nexts.get(p, 0)) for p, n in ends.items()},
-        "projection": str(Path(obj.state_dir).absolute()),
-        "log": redact_url(log_url),
-    }
+    return stats_figures(counts, nexts, ends, str(Path(obj.state_dir).absolute()),
+                         redact_url(log_url))

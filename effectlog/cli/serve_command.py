@@ -1,17 +1,12 @@
-"""``serve``: projector, recovery and (with ``--provider``) reconciler in one process.
+"""``serve``: one node of the projection cluster (see :mod:`consumers.node`).
 
-Each loop runs in its own thread with its own log handle; SIGTERM or SIGINT sets one stop
-event, the loops finish their current step and the process exits 0. ``/metrics`` and
-``/healthz`` are served on ``--metrics-port``.
+Options are read once here into :class:`~consumers.node.node.NodeSettings`; SIGTERM or
+SIGINT stops the node's loops after their current step and the process exits 0.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import click
 
@@ -23,78 +18,38 @@ from effectlog.cli.recovery_commands import (
     recovery_settings,
     stop_on_signals,
 )
-from effectlog.redact import redact_url
+from effectlog.errors import InvalidInput
 
-if TYPE_CHECKING:
-    from effectlog.metrics import Metrics, MetricsServer
-
-logger = logging.getLogger(__name__)
+DEFAULT_HTTP = "127.0.0.1:9464"
 
 
-def _loop(name: str, until: threading.Event, body: Callable[[threading.Event], None],
-          crashed: threading.Event, failed: list[str]) -> threading.Thread:
-    """A thread running ``body(until)``; an unexpected crash stops the whole process."""
-    def run() -> None:
-        try:
-            body(until)
-        except Exception:
-            logger.exception("%s loop crashed; shutting down", name)
-            failed.append(name)
-            crashed.set()
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    return thread
-
-
-def _join(threads: list[threading.Thread], within_s: float) -> list[str]:
-    """Join ``threads`` within one deadline; the names of those still running."""
-    deadline = time.monotonic() + within_s
-    for thread in threads:
-        thread.join(max(0.1, deadline - time.monotonic()))
-    return [t.name for t in threads if t.is_alive()]
-
-
-def _probe(obj: CliContext) -> tuple[dict[str, int], dict[int, int], dict[int, int], bool]:
-    """Fresh figures for /healthz and /metrics alike: projection counts, the log's end
-    offsets, the projected offsets, and whether a projection exists."""
-    from effectlog.log import open_log
-    from effectlog.log.base import EVENTS
-    from projections import open_reader
-
-    log = open_log(obj.log_url)
-    try:
-        ends = log.end_offsets(EVENTS)
-    finally:
-        log.close()
-    reader = open_reader(obj.state_dir)
-    try:
-        return reader.counts(), ends, reader.next_offsets(), reader.exists
-    finally:
-        reader.close()
-
-
-def metrics_server(obj: CliContext, metrics: Metrics, host: str, port: int) -> MetricsServer:
-    """``/healthz`` (healthy when the log's end offsets can be read and the projection
-    opens) and ``/metrics``, both answered from a fresh :func:`_probe`, so the lag
-    ``/metrics`` shows is the one ``/healthz`` reports."""
-    from effectlog.metrics import MetricsServer, projector_lag
-
-    def health() -> tuple[bool, dict[str, object]]:
-        _, ends, nexts, exists = _probe(obj)
-        return exists, {"log_end_offsets": ends, "projection": exists,
-                        "projected_offsets": nexts, "projector_lag": projector_lag(ends, nexts)}
-
-    return MetricsServer(metrics, health, host, port,
-                         refresh=lambda: metrics.observe(*_probe(obj)[:3]))
+def parse_http(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 picks a free one)."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInput(f"--http {text!r}: use HOST:PORT, e.g. 127.0.0.1:9464")
+    return host, int(port)
 
 
 @click.command()
+@click.option("--http", "http", default=DEFAULT_HTTP, show_default=True, metavar="HOST:PORT",
+              help="Where the query API, /metrics and /healthz listen.")
+@click.option("--advertise", default=None, metavar="URL",
+              help="URL the other members reach this one at (default http://HOST:PORT).")
+@click.option("--group", default=None, metavar="NAME",
+              help="Consumer group of the serve instances (Kafka; default <prefix>.serve).")
+@click.option("--standbys", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep warm copies of partitions owned by N other members (Kafka), so a "
+                   "failover restores only the last moments.")
+@click.option("--session-timeout", default="10s", show_default=True, metavar="DUR",
+              help="How long a silent member keeps its partitions (Kafka group session).")
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
               help="Run the reconciler against this provider (module:factory, fake:///path, "
                    "http://host:port).")
-@click.option("--metrics-port", type=int, default=9464, show_default=True)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--metrics-port", type=int, default=None, hidden=True,
+              help="Old name of the --http port.")
+@click.option("--metrics-host", default=None, hidden=True, help="Old name of the --http host.")
 @_with(recovery_options)
 @click.option("--poll", default="5s", show_default=True, help="Recovery pass interval.")
 @click.option("--auto-retry", multiple=True, metavar="KIND",
@@ -102,65 +57,45 @@ def metrics_server(obj: CliContext, metrics: Metrics, host: str, port: int) -> M
 @click.option("--allow-risky", multiple=True, metavar="KIND",
               help="Opt a payment*/browser* kind into --auto-retry explicitly.")
 @click.pass_obj
-def serve(obj: CliContext, provider_spec: str | None, metrics_port: int, metrics_host: str,
+def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
+          standbys: int, session_timeout: str, provider_spec: str | None,
+          metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
-    """Run projector, recovery and reconciler loops until SIGTERM; expose /metrics."""
-    from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
+    """Project, recover and reconcile the partitions this instance owns, and answer the
+    query API (GET /v1/effects/KEY, /v1/effects, /v1/stats) until SIGTERM."""
+    from consumers.node.node import Node, NodeSettings
     from consumers.providers import load_provider
-    from consumers.reconciler import Reconciler, ReconcilerSettings
-    from consumers.recovery import RecoveryConsumer
-    from effectlog.metrics import Metrics
-    from projections import open_reader
-    from projections.projector import Projector
+    from consumers.reconciler import ReconcilerSettings
+    from effectlog.durations import parse_duration_ms
 
-    settings = recovery_settings(stuck_after, command_timeout, kind_deadlines, poll)
+    host, port = parse_http(http)
+    host, port = metrics_host or host, port if metrics_port is None else metrics_port
+    recovery = recovery_settings(stuck_after, command_timeout, kind_deadlines, poll)
+    settings = NodeSettings(
+        state_dir=Path(obj.state_dir), http_host=host, http_port=port, advertise=advertise,
+        group=group, standbys=standbys, session_timeout_ms=parse_duration_ms(session_timeout),
+        recovery=recovery,
+        reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
+        observe_every_s=max(recovery.poll_s, 1.0))
     provider = load_provider(provider_spec) if provider_spec else None
     stop = stop_on_signals()
-    metrics = Metrics()
-    failed: list[str] = []
-    logs = [obj.open_log() for _ in range(3)]
-    projector = Projector(logs[0], obj.state_dir)
-    projector.open()  # creates the projection, so the readers below find it
-    reader = open_reader(obj.state_dir, "secondary")
-    ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
-    offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
-    server = metrics_server(obj, metrics, metrics_host, metrics_port).start()
-
-    def project(s: threading.Event) -> None:
-        projector.run(stop=s)
-
-    # The projector stops last: the other loops' current step may wait for it.
-    projector_stop = threading.Event()
-    projecting = _loop("projector", projector_stop, project, stop, failed)
-    threads = [
-        _loop("recovery", stop, RecoveryConsumer(logs[1], reader, ledger, settings,
-                                                 metrics=metrics).run, stop, failed),
-    ]
-    view = None
-    if provider is not None:
-        if obj.log_url.startswith("kafka"):  # folding a key from Kafka scans a partition:
-            from projections.view import ProjectionView  # read the in-process projection
-
-            view = ProjectionView(logs[2], obj.state_dir)
-        reconciler = Reconciler(logs[2], provider, offsets,
-                                ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
-                                view=view, metrics=metrics)
-        threads.append(_loop("reconciler", stop, reconciler.run, stop, failed))
-    logger.info("serving %s (state %s); metrics on port %d", redact_url(obj.log_url), obj.state_dir,
-                server.port)
-    click.echo(f"effectlog serve: metrics on http://{metrics_host}:{server.port}/metrics", err=True)
-    stop.wait()
+    node = Node(obj.log_url, settings, provider)
+    try:
+        node.start()
+    except BaseException:
+        node.stop(5)
+        node.close()
+        raise
+    click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
+               "/healthz)", err=True)
+    while not stop.wait(0.5) and not node.crashed.is_set():
+        pass
     click.echo("effectlog serve: stopping", err=True)
-    running = _join(threads, 45)
-    projector_stop.set()
-    running += _join([projecting], 15)
-    server.close()
+    running = node.stop()
     if running:  # never close handles under a live thread; the OS reclaims them
         raise click.ClickException(f"the {', '.join(running)} loop(s) did not stop in time")
-    for closable in (view, projector, reader, ledger, offsets, *logs):
-        if closable is not None:
-            closable.close()
-    if failed:
-        raise click.ClickException(f"stopped because the {', '.join(failed)} loop crashed")
+    node.close()
+    if node.failed:
+        raise click.ClickException(f"stopped because the {', '.join(node.failed)} loop crashed")
     click.echo("effectlog serve: stopped", err=True)

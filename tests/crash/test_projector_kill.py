@@ -20,8 +20,8 @@ import pytest
 
 from effectlog.log import EVENTS, EventLog, open_log
 from projections import open_reader
-from projections.digest import projection_digest
 from projections.projector import ProjectorSettings, project
+from projections.rocksdb.digest import projection_digest
 from tests import projector_workload as workload
 
 pytestmark = pytest.mark.crash

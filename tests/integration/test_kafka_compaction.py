@@ -22,9 +22,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.log.kafka import KafkaSettings, create_topics
 from effectlog.worker import Worker
-from projections.digest import projection_digest
 from projections.projector import project
 from projections.rebuild import rebuild
+from projections.rocksdb.digest import projection_digest
 
 pytestmark = pytest.mark.kafka
 

@@ -17,8 +17,9 @@ from effectlog.machine import fold
 from effectlog.model import State
 from effectlog.view import decode_events
 from effectlog.worker import Worker
-from projections import layout, open_reader
+from projections import open_reader
 from projections.projector import Progress, Projector, ProjectorSettings, project
+from projections.rocksdb import layout
 from projections.view import ProjectionView
 from tests import projector_workload as workload
 

@@ -23,8 +23,9 @@ from effectlog.machine import new_effect
 from effectlog.model import State
 from effectlog.view import LogView
 from effectlog.worker import Worker
-from projections import layout, open_reader
+from projections import open_reader
 from projections.projector import project
+from projections.rocksdb import layout
 from tests.recovery_support import stuck
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")

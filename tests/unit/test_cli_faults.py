@@ -16,8 +16,8 @@ from effectlog.log import open_log
 from effectlog.log.base import EVENTS
 from effectlog.machine import advance, new_effect
 from effectlog.model import Outcome, State, Transition
-from projections.digest import projection_digest
 from projections.projector import project
+from projections.rocksdb.digest import projection_digest
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")
 KEY = "agent:op-0:email.send:mailto:a@example.com"

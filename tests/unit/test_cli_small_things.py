@@ -1,6 +1,6 @@
 """Small things users expect: a version, shell completion, help texts that read as text,
 `replay --key` of an unknown key exiting 1, the fake provider answering `/` and `/healthz`,
-and serve's `/metrics` lag being the one `/healthz` reports."""
+and serve's `/metrics` as fresh as `/healthz`."""
 
 from __future__ import annotations
 
@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from effectlog.cli.context import CliContext
 from effectlog.cli.main import COMMANDS
-from effectlog.cli.serve_command import metrics_server
 from effectlog.log import open_log
-from effectlog.metrics import Metrics
 from effectlog.worker import Worker
-from projections.projector import project
 from tests.kafka_broker import free_port
 
 KEY = "agent:op-1:email.send:mailto:a@example.com"
@@ -115,23 +111,29 @@ def test_fake_provider_serve_answers_root_and_healthz(tmp_path: Path) -> None:
     assert proc.returncode == 0
 
 
-def test_metrics_lag_is_the_lag_healthz_reports(tmp_path: Path) -> None:
-    log = open_log(f"sqlite:///{tmp_path}/log.db")
+def test_metrics_are_as_fresh_as_healthz(tmp_path: Path) -> None:
+    """``/metrics`` refreshes its gauges when asked (not only every few seconds), from the
+    same figures ``/healthz`` reports."""
+    from consumers.node.node import Node, NodeSettings
+    from effectlog.client import StateClient
+
+    log_url = f"sqlite:///{tmp_path}/log.db"
+    log = open_log(log_url)
     worker = Worker(log, "w1")
     worker.create("op-1", "email.send", "mailto:a@example.com", {})
-    project(log, tmp_path / "state")
-    worker.reserve(KEY)
-    worker.dispatch(KEY)
-    obj = CliContext(log_url=f"sqlite:///{tmp_path}/log.db", state_dir=str(tmp_path / "state"))
-    server = metrics_server(obj, Metrics(), "127.0.0.1", 0).start()
+    node = Node(log_url, NodeSettings(state_dir=tmp_path / "state", http_port=0,
+                                      observe_every_s=3600)).start()
     try:
-        base = f"http://127.0.0.1:{server.port}"
-        for expected in (2, 3):
-            health = json.loads(get(base + "/healthz")[1])
-            assert health["projector_lag"] == expected
-            assert f"effectlog_projector_lag {expected}.0" in get(base + "/metrics")[1]
-            if expected == 2:
-                worker.record(KEY, "succeeded", {"id": 1})  # one more event, not projected
+        worker.reserve(KEY)
+        worker.dispatch(KEY)
+        worker.unknown(KEY, "timeout")
+        assert worker.last_position is not None
+        StateClient(node.url).get(KEY, min_offset=worker.last_position.offset)  # applied
+        health = json.loads(get(node.url + "/healthz")[1])
+        text = get(node.url + "/metrics")[1]
+        assert health["projector_lag"] == 0 and "effectlog_projector_lag 0.0" in text
+        assert "effectlog_unresolved_unknown 1.0" in text  # no wait for the hourly refresh
     finally:
-        server.close()
+        node.stop(30)
+        node.close()
         log.close()

@@ -21,8 +21,8 @@ import pytest
 from effectlog.log import EVENTS, open_log
 from effectlog.model import State
 from effectlog.worker import Worker
-from projections import layout
 from projections.projector import project
+from projections.rocksdb import layout
 from tests.recovery_support import stuck
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")

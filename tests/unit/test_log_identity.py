@@ -20,8 +20,8 @@ from effectlog.log.sqlite import SqliteLog
 from effectlog.model import State
 from effectlog.worker import Worker
 from projections import open_reader
-from projections.digest import projection_digest
 from projections.projector import Projector, project
+from projections.rocksdb.digest import projection_digest
 from tests.recovery_support import stuck
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")

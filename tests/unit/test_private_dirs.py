@@ -13,8 +13,8 @@ import pytest
 
 from consumers.bookkeeping import CommandLedger, consumer_db_path
 from effectlog.log import open_log
-from projections import layout
 from projections.projector import project
+from projections.rocksdb import layout
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")
 

@@ -17,9 +17,9 @@ from effectlog.model import EffectEvent, Outcome, State
 from effectlog.model import Transition as T
 from effectlog.view import decode_events
 from projections import open_reader
-from projections.digest import projection_digest
-from projections.partition import PartitionWriter
 from projections.projector import Progress, Projector, ProjectorSettings, project
+from projections.rocksdb.digest import projection_digest
+from projections.rocksdb.writer import RocksPartitionWriter
 from tests import projector_workload as workload
 
 
@@ -137,7 +137,7 @@ def test_records_below_the_stored_offset_are_skipped(log: EventLog, tmp_path: Pa
     events = workload.lifecycle(2)
     append(log, *events)
     records = log.read(EVENTS, 0, 0, 10)
-    writer = PartitionWriter(tmp_path / "p", 0)
+    writer = RocksPartitionWriter(tmp_path / "p", 0)
     try:
         assert writer.apply(records).accepted == 4
         again = writer.apply(records)  # a re-delivered batch
@@ -250,8 +250,8 @@ def test_a_dead_decoder_process_is_replaced_by_inline_decoding(log: EventLog,
     workload.write(log, items)
     settings = ProjectorSettings(decoder="process", batch_size=500, process_decode_min=1)
     with Projector(log, tmp_path / "state", settings) as projector:
-        ends = log.end_offsets(EVENTS)
-        assert projector.step(ends) == 500
+        source = projector.source(until=log.end_offsets(EVENTS))
+        assert projector.step(source) == 500
         helpers = [p for p in Path("/proc").glob("[0-9]*/cmdline")
                    if b"projections.decoding" in _read(p) and _parent(p.parent) == os.getpid()]
         assert len(helpers) == 1

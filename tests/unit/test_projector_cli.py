@@ -19,10 +19,11 @@ from effectlog.codec import event_codec
 from effectlog.log import EVENTS, open_log
 from effectlog.machine import advance, new_effect
 from effectlog.model import Transition as T
-from projections import layout, open_reader
-from projections.digest import projection_digest
+from projections import open_reader
 from projections.projector import project
-from projections.rocksdb import RocksProjectionReader
+from projections.rocksdb import layout
+from projections.rocksdb.digest import projection_digest
+from projections.rocksdb.reader import RocksProjectionReader
 from tests import projector_workload as workload
 
 KEY = "agent:op1:email.send:mailto:u1@example.com"

@@ -16,12 +16,13 @@ from effectlog.log import EventLog, open_log
 from effectlog.machine import advance, new_effect
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State
 from effectlog.model import Transition as T
-from projections import layout, open_reader
-from projections.digest import projection_digest
+from projections import open_reader
 from projections.fastevent import event_from_fields, event_from_record, fields_from_record
 from projections.projector import Projector, ProjectorSettings, project
 from projections.rebuild import rebuild
-from projections.snapshot import (
+from projections.rocksdb import layout
+from projections.rocksdb.digest import projection_digest
+from projections.rocksdb.snapshot import (
     decode_snapshot,
     encode_snapshot,
     snapshot_from_fields,

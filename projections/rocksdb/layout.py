@@ -4,7 +4,9 @@
 which holds ``p-<N>/`` (one RocksDB per partition of the events topic). A rebuild fills
 ``<state_dir>.new-<ms>``, renames it to a generation and swaps the symlink with
 ``os.replace``: readers that open after the swap see the new projection, readers that
-opened before keep the old one, which is kept until the next rebuild.
+opened before keep the old one, which is kept until the next rebuild. ``PARTITIONS`` in a
+generation records how many partitions the events topic has, so a reader can compute a
+key's partition even where only some partitions are stored (a member of a cluster).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def _logger() -> logging.Logger:
 _GEN = ".gen-"
 _NEW = ".new-"
 _LOCK = ".rebuild-lock"
+_PARTITIONS = "PARTITIONS"
 
 
 def current_generation(state_dir: str | os.PathLike[str]) -> Path | None:
@@ -128,6 +131,26 @@ def partitions_in(generation: Path | None) -> list[int]:
         if name.startswith("p-") and name[2:].isdigit() and (child / "CURRENT").exists():
             found.append(int(name[2:]))
     return sorted(found)
+
+
+def record_partition_count(generation: Path, count: int) -> None:
+    """Remember that the events topic has ``count`` partitions (written once, atomically)."""
+    target = generation / _PARTITIONS
+    if partition_count(generation) == count:
+        return
+    scratch = generation / f".{_PARTITIONS}.{os.getpid()}"
+    scratch.write_text(f"{count}\n", encoding="ascii")
+    os.replace(scratch, target)
+
+
+def partition_count(generation: Path | None) -> int | None:
+    """The recorded partition count of ``generation`` (None when none is recorded)."""
+    if generation is None:
+        return None
+    try:
+        return int((generation / _PARTITIONS).read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
 
 
 def _fresh_sibling(path: Path, marker: str) -> Path:

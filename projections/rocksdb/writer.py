@@ -1,4 +1,4 @@
-"""Exactly-once apply of one partition's records to its RocksDB.
+"""Exactly-once apply of one partition's records to its RocksDB (the writer port).
 
 A poll batch is judged with :func:`effectlog.machine.check` (the writer's own rules) and
 committed as ONE WriteBatch holding the snapshots, index moves, rejections, counters and
@@ -16,19 +16,18 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import WriteBatch, WriteOptions
 
 from effectlog.codec import event_codec
 from effectlog.errors import Conflict, EffectlogError
-from effectlog.log.base import Record
+from effectlog.log.base import EventLog, Record
 from effectlog.machine import check, check_binding
 from effectlog.model import EffectEvent, State, Transition
 from projections.decoding import Decoded, decode_values
 from projections.fastevent import Fields, event_from_fields
-from projections.rocksdb import (
+from projections.rocksdb.db import (
     CLOCK_PREFIX,
     COLUMN_FAMILIES,
     COUNT_PREFIX,
@@ -37,10 +36,10 @@ from projections.rocksdb import (
     OFFSETS,
     REJECTED,
     STATE,
-    open_partition,
+    PartitionDB,
     read_counts,
 )
-from projections.snapshot import (
+from projections.rocksdb.snapshot import (
     decode_snapshot,
     encode_rejection,
     index_prefix,
@@ -51,6 +50,7 @@ from projections.snapshot import (
     snapshot_from_fields,
     unpack_u64,
 )
+from projections.store import Applied, PartitionWriter
 
 logger = logging.getLogger(__name__)
 
@@ -91,18 +91,12 @@ def rejection_reason(exc: EffectlogError) -> str:
     return INVALID
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """What one batch did."""
+class RocksPartitionWriter(PartitionWriter):
+    """The only writer of one partition's RocksDB; keeps an LRU of hot snapshots.
 
-    records: int
-    accepted: int
-    rejected: int
-    next_offset: int
-
-
-class PartitionWriter:
-    """The only writer of one partition's RocksDB; keeps an LRU of hot snapshots."""
+    ``handle`` (the open database) may be read from other threads while batches are
+    applied: RocksDB makes each WriteBatch visible at once and as a whole.
+    """
 
     def __init__(self, path: Path, partition: int, cache_size: int = 50_000, *,
                  trust_first: bool = False) -> None:
@@ -112,8 +106,9 @@ class PartitionWriter:
         # carries the full snapshot, so it is taken as the key's starting point.
         self.trust_first = trust_first
         self.cache_size = cache_size
-        self.db = open_partition(path, "write")
-        self._cf = {name: self.db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self.handle = PartitionDB(partition, path, "write")
+        self.db = self.handle.db
+        self._cf = self.handle.cf
         self._h = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._write_opts = WriteOptions()
         self._write_opts.sync = False
@@ -127,7 +122,13 @@ class PartitionWriter:
         try:
             self.db.flush()
         finally:
-            self.db.close()
+            self.handle.close()
+
+    def bind_log(self, log: EventLog) -> None:
+        from projections import lineage
+
+        lineage.bind(self._cf[METADATA], log, self.partition, self.next_offset,
+                     f"the projection {self.path}")
 
     def skip_to(self, next_offset: int) -> None:
         """Move the stored offset over offsets that hold no records (Kafka's transaction

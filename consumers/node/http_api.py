@@ -1,0 +1,273 @@
+"""The query API of a node (aiohttp): effects by key, lists and stats over the whole group.
+
+``GET /v1/effects/{key}`` answers from the partition's owner (forwarding when that is
+another member), with ``?min_offset=N`` (read-your-writes: answer once offset N is applied)
+and ``?fresh=1`` (answer once everything in the log at arrival is applied), 504 when that
+takes longer than ``timeout_ms``, 503 + ``Retry-After`` while the partition restores or has
+no owner. ``GET /v1/effects`` and ``GET /v1/stats`` ask every member and merge. Every
+answer about a key says which partition and applied offset it comes from in
+``Effectlog-Partition`` / ``Effectlog-Applied-Offset`` headers (the body is exactly what
+``effectlog get KEY --json`` prints); with ``min_offset``, ``Effectlog-Rejected`` names the
+reason when the event at that offset was refused. ``/metrics`` and ``/healthz`` live here too.
+
+Other routes (the web console) plug in through ``build_app(node, extra=...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from consumers.node.forwarding import FORWARDED, NOT_OWNER, Forwarder
+from effectlog.errors import EffectlogError, InvalidInput
+from effectlog.log.base import EVENTS, Position
+from effectlog.metrics import CONTENT_TYPE_LATEST
+from effectlog.redact import redact_url
+from effectlog.stats import STATES, stats_figures
+from projections.rocksdb.snapshot import snapshot_json
+
+if TYPE_CHECKING:
+    from consumers.node.node import Node
+
+logger = logging.getLogger(__name__)
+
+#: Registers extra routes (or sub-applications) on the node's application.
+RouteHook = Callable[[web.Application], None]
+NODE_KEY: web.AppKey[Node] = web.AppKey("effectlog_node")
+DEFAULT_TIMEOUT_MS = 5000
+MAX_TIMEOUT_MS = 60_000
+MAX_LIMIT = 10_000
+RETRY_AFTER_S = "1"
+
+
+def build_app(node: Node, extra: RouteHook | None = None) -> web.Application:
+    """The node's aiohttp application; ``extra`` adds routes (``app[NODE_KEY]`` is the node)."""
+    app = web.Application()
+    api = _Api(node)
+    app[NODE_KEY] = node
+    app.router.add_get("/v1/effects/{key:.+}", api.effect)
+    app.router.add_get("/v1/effects", api.effects)
+    app.router.add_get("/v1/stats", api.stats)
+    app.router.add_get("/metrics", api.metrics)
+    app.router.add_get("/healthz", api.health)
+    app.on_cleanup.append(api.close)
+    if extra is not None:
+        extra(app)
+    return app
+
+
+def _json(status: int, value: Any, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=json.dumps(value, sort_keys=True, default=str),
+                        content_type="application/json", headers=headers)
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return _json(status, {"error": message}, headers)
+
+
+def _unavailable(message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return _error(503, message, {**(headers or {}), "Retry-After": RETRY_AFTER_S})
+
+
+def _int(query: Mapping[str, str], name: str, low: int, high: int) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer, not {text!r}") from None
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low} and {high}")
+    return value
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, "0").lower() in ("1", "true", "yes")
+
+
+class _Api:
+    """Request handlers over one node."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.forwarder = Forwarder(node.url)
+
+    async def close(self, app: web.Application) -> None:
+        await self.forwarder.close()
+
+    # -- one key -------------------------------------------------------------------------
+
+    async def effect(self, request: web.Request) -> web.Response:
+        node, query = self.node, request.query
+        key = request.match_info["key"]
+        try:
+            min_offset = _int(query, "min_offset", 0, 2**63 - 1)
+            timeout_ms = _int(query, "timeout_ms", 0, MAX_TIMEOUT_MS) or DEFAULT_TIMEOUT_MS
+            fresh = _flag(query, "fresh")
+        except InvalidInput as exc:
+            return _error(400, str(exc))
+        partition = node.partition_for(key)
+        status = node.gate.status(partition)
+        if status is None:
+            return await self._forward(request, partition, timeout_ms / 1000 + 5)
+        if status == "restoring":
+            return self._restoring(partition)
+        target = 0 if min_offset is None else min_offset + 1
+        if fresh:
+            try:
+                ends = await asyncio.to_thread(node.end_offsets)
+            except EffectlogError as exc:
+                return _unavailable(f"cannot read the log's end offsets: {exc}")
+            target = max(target, ends.get(partition, 0))
+        if target and not await node.gate.wait_async(partition, target, timeout_ms / 1000):
+            if node.gate.status(partition) != "serving":
+                return _unavailable(f"partition {partition} moved to another member; retry")
+            return _error(504, f"partition {partition} has not applied offset {target - 1} "
+                               f"within {timeout_ms} ms", self._headers(partition))
+        headers = self._headers(partition)
+        try:
+            raw = node.reader.get_raw(key)
+            if min_offset is not None:
+                refused = node.reader.rejected_at(Position(EVENTS, partition, min_offset))
+                if refused is not None:
+                    headers["Effectlog-Rejected"] = refused.reason
+        except Exception:  # released under us (revoked): rocksdict raises bare exceptions
+            return _unavailable(f"partition {partition} moved to another member; retry")
+        if raw is None:
+            return _error(404, f"no effect with key {key}", headers)
+        return _json(200, snapshot_json(raw), headers)
+
+    def _headers(self, partition: int) -> dict[str, str]:
+        return {"Effectlog-Partition": str(partition),
+                "Effectlog-Applied-Offset": str(self.node.gate.position(partition) or 0),
+                "Effectlog-Served-By": self.node.url}
+
+    def _restoring(self, partition: int) -> web.Response:
+        left = self.node.gate.restore_left(partition)
+        return _unavailable(f"partition {partition} is restoring ({left} records to apply)",
+                            {"Effectlog-Partition": str(partition)})
+
+    async def _forward(self, request: web.Request, partition: int,
+                       timeout_s: float) -> web.Response:
+        """Relay to the partition's owner; refresh the membership once when it is unknown,
+        this node, or does not answer."""
+        node = self.node
+        if FORWARDED in request.headers:  # the asker's view of the group is stale
+            return _unavailable(f"partition {partition} is not served by {node.url}",
+                                {"Effectlog-Partition": str(partition), NOT_OWNER: "1"})
+        for attempt in range(2):
+            owner = node.membership.owners().get(partition)
+            if owner is not None and owner != node.url:
+                reply = await self.forwarder.ask(owner, request.rel_url.raw_path_qs, timeout_s)
+                if reply is not None and NOT_OWNER not in reply.headers:
+                    return web.Response(status=reply.status, body=reply.body,
+                                        headers=reply.headers)
+            if attempt == 0:
+                await asyncio.to_thread(node.membership.refresh)
+                status = node.gate.status(partition)
+                if status == "restoring":
+                    return self._restoring(partition)
+                if status == "serving":  # assigned here meanwhile
+                    return await self.effect(request)
+        return _unavailable(f"partition {partition} has no reachable owner (the group is "
+                            "rebalancing)", {"Effectlog-Partition": str(partition)})
+
+    # -- the whole group -----------------------------------------------------------------
+
+    async def effects(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            state = query.get("state")
+            if state is not None and state.upper() not in STATES:
+                raise InvalidInput(f"state must be one of {', '.join(STATES)}")
+            limit = _int(query, "limit", 1, MAX_LIMIT) or 100
+            before = _int(query, "before_ms", 0, 2**63 - 1)
+            if before is None and query.get("older_than") is not None:
+                from effectlog.durations import parse_duration_ms
+
+                before = int(time.time() * 1000) - parse_duration_ms(query["older_than"])
+        except InvalidInput as exc:
+            return _error(400, str(exc))
+        states = [state.upper()] if state else list(STATES)
+        found, covered = await asyncio.to_thread(self.node.list_local, states, before, limit)
+        if not self._local(request):
+            qs = f"?limit={limit}&local=1" + (f"&state={states[0]}" if state else "") + \
+                (f"&before_ms={before}" if before is not None else "")
+            for reply in await self._ask_others("/v1/effects" + qs):
+                found.extend(json.loads(reply.body))
+                covered.update(_partitions(reply.headers))
+            missing = sorted(set(range(self.node.partition_count)) - covered)
+            if missing:
+                return _unavailable(f"partitions {_ranges(missing)} are not being served "
+                                    "(restoring or rebalancing)")
+        found.sort(key=lambda s: (max(s["occurred_at"], 0), s["idempotency_key"]))
+        return _json(200, found[:limit], {"Effectlog-Partitions": _list(covered)})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        node = self.node
+        counts, positions = await asyncio.to_thread(node.stats_local)
+        if self._local(request):
+            return _json(200, {"counts": counts, "positions": {str(p): n for p, n in
+                                                               positions.items()}},
+                         {"Effectlog-Partitions": _list(positions),
+                          "Effectlog-Served-By": node.url})
+        members = {node.url: sorted(positions)}
+        for reply in await self._ask_others("/v1/stats?local=1"):
+            theirs = json.loads(reply.body)
+            for label, n in theirs["counts"].items():
+                counts[label] = counts.get(label, 0) + n
+            mine = {int(p): n for p, n in theirs["positions"].items()}
+            positions.update(mine)
+            members[reply.headers.get("Effectlog-Served-By", "?")] = sorted(mine)
+        try:
+            ends = await asyncio.to_thread(node.end_offsets)
+        except EffectlogError as exc:
+            return _unavailable(f"cannot read the log's end offsets: {exc}")
+        figures = stats_figures(counts, positions, ends, node.url,
+                                redact_url(node.logs["api"].url))
+        figures["members"] = members
+        figures["unserved"] = sorted(set(range(node.partition_count)) - set(positions))
+        return _json(200, figures)
+
+    def _local(self, request: web.Request) -> bool:
+        return _flag(request.query, "local") or FORWARDED in request.headers
+
+    async def _ask_others(self, path_qs: str) -> list[Any]:
+        others = [m for m in self.node.membership.members() if m != self.node.url]
+        replies = await asyncio.gather(*(self.forwarder.ask(m, path_qs) for m in others))
+        return [r for r in replies if r is not None and r.status == 200]
+
+    # -- operations ----------------------------------------------------------------------
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        try:  # as fresh as /healthz; the last figures when the log does not answer
+            await asyncio.to_thread(self.node.refresh_metrics)
+        except EffectlogError as exc:
+            logger.warning("metrics refresh failed: %s", exc)
+        return web.Response(body=self.node.metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def health(self, request: web.Request) -> web.Response:
+        ok, details = await asyncio.to_thread(self.node.health)
+        return _json(200 if ok else 503, {"ok": ok, **details})
+
+
+def _partitions(headers: Mapping[str, str]) -> set[int]:
+    text = headers.get("Effectlog-Partitions", "")
+    return {int(p) for p in text.split(",") if p.strip().isdigit()}
+
+
+def _list(partitions: Mapping[int, object] | set[int]) -> str:
+    return ",".join(str(p) for p in sorted(partitions))
+
+
+def _ranges(partitions: list[int]) -> str:
+    return ", ".join(str(p) for p in partitions)
+

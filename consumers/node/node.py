@@ -1,0 +1,377 @@
+"""The serving process: projector, recovery, reconciler, metrics and the query API, wired once.
+
+A :class:`Node` owns the events partitions assigned to it: on a log with consumer groups
+(Kafka) the group decides which; otherwise it holds every partition. Each assigned
+partition is restored (:mod:`consumers.node.gate`) before it is served, and recovery and
+reconciliation act only on partitions being served. ``effectlog serve`` and the demo run
+the same node.
+
+Threads: the projector (which also runs the group's rebalance callbacks), recovery and
+reconciler (each its own loop, unless ``loops`` is off and the owner calls
+:meth:`Node.run_pass`), a metrics observer, and the HTTP server's event loop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
+
+from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
+from consumers.node.forwarding import Membership, SoloMembership
+from consumers.node.gate import PartitionGate
+from consumers.node.http_api import RouteHook, build_app
+from consumers.node.server import HttpServer
+from consumers.node.view import NodeView
+from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
+from consumers.recovery import RecoveryConsumer, RecoverySettings
+from effectlog.errors import BackendUnavailable, EffectlogError
+from effectlog.log import open_log
+from effectlog.log.base import EVENTS, EventLog
+from effectlog.log.source import RecordSource
+from effectlog.metrics import Metrics, projector_lag
+from effectlog.provider import Provider
+from effectlog.redact import redact_url
+from projections.projector import Projector, ProjectorSettings
+from projections.rocksdb.snapshot import snapshot_json
+from projections.rocksdb.store import RocksProjectionStore, StoreReader
+
+if TYPE_CHECKING:
+    from effectlog.log.kafka.settings import KafkaSettings
+
+logger = logging.getLogger(__name__)
+C = TypeVar("C", bound="_Closable")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """What a node runs and where. ``http_port`` None: no HTTP server; 0: any free port.
+    ``advertise`` is the URL other members reach this node at (default from host/port)."""
+
+    state_dir: Path
+    http_host: str = "127.0.0.1"
+    http_port: int | None = 9464
+    advertise: str | None = None
+    group: str | None = None
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
+    reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
+    projector: ProjectorSettings = field(default_factory=ProjectorSettings)
+    loops: bool = True
+    observe_every_s: float = 5.0
+    session_timeout_ms: int = 10_000
+    membership_every_s: float = 2.0
+    standbys: int = 0
+
+
+class Node:
+    """One serving process. ``start`` opens and starts everything; ``stop`` then ``close``."""
+
+    def __init__(self, log_url: str, settings: NodeSettings, provider: Provider | None = None,
+                 *, extra_routes: RouteHook | None = None, metrics: Metrics | None = None) -> None:
+        self.log_url = log_url
+        self.settings = settings
+        self.provider = provider
+        self.extra_routes = extra_routes
+        self.metrics = metrics or Metrics()
+        self.gate = PartitionGate(on_restored=self._restored)
+        self.failed: list[str] = []
+        self.crashed = threading.Event()
+        self._stop = threading.Event()
+        self._stop_projector = threading.Event()
+        self._pass_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._closables: list[_Closable] = []
+        self._lock_file: IO[str] | None = None
+        self.server: HttpServer | None = None
+        self.reconciler: Reconciler | None = None
+        self._group_source: RecordSource | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Node:
+        """Reach the log, lock the state directory, open the store, bind the HTTP port, join
+        the group (or take every partition) and start the loops."""
+        s = self.settings
+        self.logs: dict[str, EventLog] = {name: self._open(open_log(self.log_url))
+                                          for name in ("projector", "work", "api")}
+        api_log = self.logs["api"]
+        api_log.end_offsets(EVENTS)  # reach the log first: a broker down creates nothing
+        self._lock_state_dir()
+        self.partition_count = api_log.partitions(EVENTS)
+        self.store = RocksProjectionStore(s.state_dir, s.projector.cache_size)
+        self.reader: StoreReader = self.store.reader(self.partition_for, self.gate.serving)
+        self.projector = self._open(Projector(self.logs["projector"], self.store, s.projector,
+                                              on_applied=self.gate.applied))
+        if s.http_port is not None:
+            self.server = HttpServer(s.http_host, s.http_port)
+        self.url = s.advertise or (self.server.url if self.server else "local:")
+        self.source, self.membership = self._assignment()
+        self._open(self.source)
+        if self.server is not None:
+            self.server.start(lambda: build_app(self, self.extra_routes))
+        ledger = self._open(CommandLedger(consumer_db_path(s.state_dir, "recovery")))
+        self.recovery = RecoveryConsumer(self.logs["work"], self.reader, ledger, s.recovery,
+                                         metrics=self.metrics)
+        if self.provider is not None:
+            view = NodeView(self.logs["work"], self.gate, self.reader)
+            self.reconciler = Reconciler(self.logs["work"], self.provider,
+                                         self._command_offsets(), s.reconciler, view=view,
+                                         metrics=self.metrics, partitions=self.gate.serving)
+        self._spawn("projector", self._stop_projector, self._project)
+        if s.loops:
+            self._spawn("recovery", self._stop, self.recovery.run)
+            if self.reconciler is not None:
+                self._spawn("reconciler", self._stop, self.reconciler.run)
+        self._spawn("metrics", self._stop, self._observe)
+        self._spawn("membership", self._stop, self._refresh_membership)
+        logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
+        return self
+
+    def stop(self, within_s: float = 60.0) -> list[str]:
+        """Stop the loops (the projector last: the others may wait for it) and the HTTP
+        server; the names of threads still running."""
+        self._stop.set()
+        others = [t for t in self._threads if t.name != "projector"]
+        running = _join(others, within_s * 0.75)
+        self._stop_projector.set()
+        running += _join([t for t in self._threads if t.name == "projector"], within_s * 0.25)
+        if self.server is not None:
+            self.server.close()
+        return running
+
+    def close(self) -> None:
+        """Release every handle (after :meth:`stop`; never under a live thread)."""
+        for closable in reversed(self._closables):
+            try:
+                closable.close()
+            except EffectlogError as exc:
+                logger.warning("closing %s: %s", type(closable).__name__, exc)
+        self._closables.clear()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # -- what the API asks ---------------------------------------------------------------
+
+    def partition_for(self, key: str) -> int:
+        return self.logs["api"].partition_for(EVENTS, key)
+
+    def end_offsets(self) -> dict[int, int]:
+        """The log's end offset per events partition (blocking)."""
+        return self.logs["api"].end_offsets(EVENTS)
+
+    def list_local(self, states: Sequence[str], before_ms: int | None,
+                   limit: int) -> tuple[list[dict[str, Any]], set[int]]:
+        """Snapshots in ``states`` of the partitions served here, and those partitions."""
+        covered = set(self.gate.serving())
+        found = [snapshot_json(raw) for state in states
+                 for _, _, raw in self.reader.scan_raw(state, before_ms, limit)]
+        return found, covered
+
+    def stats_local(self) -> tuple[dict[str, int], dict[int, int]]:
+        """Counts and applied positions of the partitions served here."""
+        serving = set(self.gate.serving())
+        positions = {p: n for p, n in self.gate.positions().items() if p in serving}
+        return self.reader.counts(), positions
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """Healthy while every loop runs and the log answers."""
+        details: dict[str, object] = {"url": self.url, "partitions": self.gate.held(),
+                                      "projection": bool(self.gate.held()),
+                                      "projected_offsets": self.gate.positions(),
+                                      "standbys": self.standbys()}
+        ok = not self.failed
+        try:
+            ends = self.end_offsets()
+        except EffectlogError as exc:
+            ok, details["error"] = False, str(exc)
+        else:
+            held = self.gate.held()
+            details["log_end_offsets"] = ends
+            details["projector_lag"] = projector_lag(
+                {p: n for p, n in ends.items() if p in held}, self.gate.positions())
+        if self.failed:
+            details["failed_loops"] = list(self.failed)
+        return ok, details
+
+    def run_pass(self) -> list[Handled]:
+        """One recovery pass, then one reconciler pass (when ``loops`` is off)."""
+        with self._pass_lock:
+            self.recovery.run_once()
+            return self.reconciler.run_once() if self.reconciler is not None else []
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _assignment(self) -> tuple[RecordSource, Membership]:
+        """The consumer group where the log has one (Kafka), else every partition here."""
+        kafka = _kafka_settings(self.logs["projector"])
+        source: RecordSource
+        if kafka is None:
+            from effectlog.log.source import LogSource
+
+            source = LogSource(self.logs["projector"])
+            source.start(_Assignments(self))
+            return source, SoloMembership(self.url, self.partition_count)
+        from effectlog.log.kafka.group import GroupMembership, GroupSettings, GroupSource
+
+        s = self.settings
+        group = GroupSettings(s.group or f"{kafka.prefix}.serve", self.url,
+                              session_timeout_ms=s.session_timeout_ms,
+                              heartbeat_interval_ms=max(100, s.session_timeout_ms // 6))
+        self._group_source = source = GroupSource(kafka, group)
+        if s.standbys > 0:
+            from consumers.node.standby import WithStandbys
+
+            standby_log = self._open(open_log(self.log_url))
+            source = WithStandbys(self._group_source, standby_log, self.projector)
+        source.start(_Assignments(self))
+        return source, GroupMembership(kafka, group)
+
+    def _command_offsets(self) -> CommandOffsets:
+        """On a consumer group the commands offsets are the group's, so they move with the
+        partition; alone, a local file."""
+        if self._group_source is None:
+            return self._open(OffsetStore(consumer_db_path(self.settings.state_dir,
+                                                           "reconciler")))
+        from effectlog.log.kafka.group import GroupCommandOffsets, GroupSource
+
+        assert isinstance(self._group_source, GroupSource)
+        return GroupCommandOffsets(self._group_source)
+
+    def _refresh_membership(self, stop: threading.Event) -> None:
+        """Re-read who owns what every few seconds, and at once after our own rebalance."""
+        rebalanced = getattr(self._group_source, "rebalanced", None)
+        while not stop.is_set():
+            self.membership.refresh()
+            self._plan_standbys()
+            if isinstance(rebalanced, threading.Event):
+                if rebalanced.wait(self.settings.membership_every_s):
+                    rebalanced.clear()
+                    stop.wait(0.2)  # let the rest of the group finish the same rebalance
+            else:
+                stop.wait(self.settings.membership_every_s)
+
+    def _plan_standbys(self) -> None:
+        from consumers.node.standby import WithStandbys, standby_partitions
+
+        if isinstance(self.source, WithStandbys):
+            self.source.want(standby_partitions(self.membership.owners(),
+                                                self.membership.members(), self.url,
+                                                self.settings.standbys))
+
+    def standbys(self) -> dict[int, int]:
+        """The partitions this node keeps warm for other members, with their next offset."""
+        held: list[int] = getattr(self.source, "held", [])
+        writers = self.store.writers()
+        return {p: writers[p].next_offset for p in held if p in writers}
+
+    def _project(self, stop: threading.Event) -> None:
+        self.projector.run(source=self.source, stop=stop)
+
+    def refresh_metrics(self) -> None:
+        """Refresh the gauges from the partitions held here and the log's end offsets."""
+        held = self.gate.held()
+        ends = self.logs["work"].end_offsets(EVENTS)
+        self.metrics.observe(self.reader.counts(), {p: n for p, n in ends.items() if p in held},
+                             self.gate.positions())
+        for status in ("serving", "restoring"):
+            self.metrics.partitions.labels(status=status).set(
+                sum(1 for s in held.values() if s == status))
+        self.metrics.partitions.labels(status="standby").set(len(self.standbys()))
+
+    def _observe(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.refresh_metrics()
+            except EffectlogError as exc:
+                logger.warning("metrics refresh failed: %s", exc)
+            stop.wait(self.settings.observe_every_s)
+
+    def _restored(self, partition: int, records: int, took_s: float) -> None:
+        self.metrics.restore_seconds.observe(took_s)
+        self.metrics.restored_records.inc(records)
+
+    def _spawn(self, name: str, until: threading.Event,
+               body: Callable[[threading.Event], None]) -> None:
+        """A thread running ``body(until)``; an unexpected crash stops the whole node."""
+        def run() -> None:
+            try:
+                body(until)
+            except Exception:
+                logger.exception("%s loop crashed; shutting down", name)
+                self.failed.append(name)
+                self.crashed.set()
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _open(self, closable: C) -> C:
+        self._closables.append(closable)
+        return closable
+
+    def _lock_state_dir(self) -> None:
+        """One node per state directory: a second one is refused before it touches it."""
+        path = consumer_db_path(self.settings.state_dir, "node").with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handle = path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise BackendUnavailable(f"state directory {self.settings.state_dir} is in use by "
+                                     f"another effectlog serve ({holder})") from None
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._lock_file = handle
+
+
+class _Assignments:
+    """Hands a source's assignments to the projector and the gate (projector thread)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def assigned(self, partitions: Sequence[int]) -> Mapping[int, int]:
+        node = self.node
+        starts = node.projector.assigned(partitions)
+        ends = node.logs["projector"].end_offsets(EVENTS)
+        for partition in partitions:
+            node.gate.assigned(partition, starts[partition], ends.get(partition, 0))
+        return starts
+
+    def revoked(self, partitions: Sequence[int], *, lost: bool) -> None:
+        for partition in partitions:
+            self.node.gate.revoked(partition)
+        self.node.projector.revoked(partitions, lost=lost)
+
+
+def _kafka_settings(log: EventLog) -> KafkaSettings | None:
+    """The settings of a Kafka log (whose backend has consumer groups), else None; other
+    logs are told apart without importing the Kafka client."""
+    kafka = sys.modules.get("effectlog.log.kafka.log")
+    if kafka is None or not isinstance(log, kafka.KafkaLog):
+        return None
+    settings: KafkaSettings = log.settings
+    return settings
+
+
+def _join(threads: list[threading.Thread], within_s: float) -> list[str]:
+    deadline = time.monotonic() + within_s
+    for thread in threads:
+        thread.join(max(0.1, deadline - time.monotonic()))
+    return [t.name for t in threads if t.is_alive()]

@@ -1,0 +1,149 @@
+"""The query API of ``effectlog serve`` as a client: state by key, lists and stats over HTTP.
+
+Tools (``effectlog get|list|stats --server URL``) and workers read state through a node of
+the projection cluster instead of a local RocksDB. :class:`StateClient` takes several
+server URLs and fails over: a member that does not answer is skipped, a 503 (partition
+restoring or moving) is retried after its ``Retry-After`` until ``retry_for_s`` has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+from effectlog.errors import BackendUnavailable, InvalidInput
+
+
+class KeyState(NamedTuple):
+    """One key as its partition's owner answered: the snapshot (``get --json``'s JSON, or
+    None for an unknown key), the partition, the offset below which everything of the
+    partition is applied, the rejection reason of the event at ``min_offset`` (if asked and
+    refused), and the member that answered."""
+
+    snapshot: dict[str, Any] | None
+    partition: int
+    applied_offset: int
+    rejected: str | None
+    served_by: str
+
+
+def server_list(spec: str | Sequence[str]) -> list[str]:
+    """``http://a:9464,http://b:9464`` (or a sequence) as a list of base URLs."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    servers = [s.strip().rstrip("/") for s in items if s.strip()]
+    for server in servers:
+        if not server.startswith(("http://", "https://")):
+            raise InvalidInput(f"server {server!r} must be an http:// or https:// URL")
+    if not servers:
+        raise InvalidInput("no server URL given")
+    return servers
+
+
+class StateClient:
+    """Reads effect state from a group of serve instances (any member answers any key)."""
+
+    def __init__(self, servers: str | Sequence[str], *, timeout_s: float = 10.0,
+                 retry_for_s: float = 10.0) -> None:
+        self.servers = server_list(servers)
+        self.timeout_s = timeout_s
+        self.retry_for_s = retry_for_s
+        self._http = urllib3.PoolManager(num_pools=8, maxsize=8, retries=False)
+        self._preferred = 0
+
+    def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
+            timeout_ms: int | None = None) -> KeyState:
+        """The key's state. ``min_offset``: once its partition applied that offset (the
+        caller's own append); ``fresh``: once it applied what the log held at the call."""
+        params: dict[str, str] = {}
+        if fresh:
+            params["fresh"] = "1"
+        if min_offset is not None:
+            params["min_offset"] = str(min_offset)
+        if timeout_ms is not None:
+            params["timeout_ms"] = str(timeout_ms)
+        wait_s = (timeout_ms or 5000) / 1000 if (fresh or min_offset is not None) else 0.0
+        status, body, headers = self._request(f"/v1/effects/{quote(key, safe='')}", params,
+                                              wait_s)
+        snapshot = json.loads(body) if status == 200 else None
+        return KeyState(snapshot, int(headers.get("Effectlog-Partition", -1)),
+                        int(headers.get("Effectlog-Applied-Offset", 0)),
+                        headers.get("Effectlog-Rejected"), headers.get("Effectlog-Served-By", ""))
+
+    def list(self, state: str | None = None, older_than: str | None = None,
+             limit: int = 100) -> list[dict[str, Any]]:
+        """Snapshots by state and age over the whole group, oldest first."""
+        params = {"limit": str(limit)}
+        if state is not None:
+            params["state"] = state
+        if older_than is not None:
+            params["older_than"] = older_than
+        _, body, _ = self._request("/v1/effects", params)
+        found: list[dict[str, Any]] = json.loads(body)
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        """``effectlog stats --json``'s figures over the whole group."""
+        _, body, _ = self._request("/v1/stats", {})
+        figures: dict[str, Any] = json.loads(body)
+        return figures
+
+    def close(self) -> None:
+        self._http.clear()
+
+    def __enter__(self) -> StateClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _request(self, path: str, params: dict[str, str],
+                 wait_s: float = 0.0) -> tuple[int, bytes, dict[str, str]]:
+        """GET ``path`` from the first member that answers it; 200 and 404 are answers."""
+        query = f"?{urlencode(params)}" if params else ""
+        deadline = time.monotonic() + self.retry_for_s + wait_s
+        problems: list[str] = []
+        while True:
+            retry_after = None
+            for step in range(len(self.servers)):
+                index = (self._preferred + step) % len(self.servers)
+                server = self.servers[index]
+                try:
+                    response = self._http.request(
+                        "GET", server + path + query,
+                        timeout=urllib3.Timeout(connect=min(2.0, self.timeout_s),
+                                                read=self.timeout_s + wait_s))
+                except urllib3.exceptions.HTTPError as exc:
+                    problems.append(f"{server}: {type(exc).__name__}")
+                    continue
+                status, body = response.status, response.data
+                headers = {k: v for k, v in response.headers.items()}
+                if status in (200, 404):
+                    self._preferred = index
+                    return status, body, headers
+                message = _message(body) or f"HTTP {status}"
+                if status == 400:
+                    raise InvalidInput(message)
+                if status == 504:
+                    raise BackendUnavailable(f"{server}: {message}")
+                problems.append(f"{server}: {message}")
+                if status == 503:
+                    retry_after = min(float(headers.get("Retry-After", "1") or 1), 5.0)
+            left = deadline - time.monotonic()
+            if retry_after is None or left <= 0:
+                raise BackendUnavailable("no server answered: " + "; ".join(problems[-3:]))
+            time.sleep(min(retry_after, left))
+
+
+def _message(body: bytes) -> str | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return str(value["error"]) if isinstance(value, dict) and "error" in value else None
