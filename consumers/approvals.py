@@ -12,7 +12,7 @@ import logging
 from effectlog.errors import IllegalTransition, InvalidInput, NotFound
 from effectlog.log.base import EventLog
 from effectlog.model import Decision, EffectEvent, State
-from effectlog.view import StateView
+from effectlog.view import LogView, StateView
 from effectlog.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ def approve(log: EventLog, key: str, decision: Decision | str, by: str, reason: 
         raise InvalidInput(f"decision must be retry or abandon, not {decision!r}") from None
     if not by.strip() or not reason.strip():
         raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
-    worker = Worker(log, f"approval:{by.strip()}", view=view)
+    # one key, once: folding it from the log is fine on any backend (a tool, not a worker)
+    worker = Worker(log, f"approval:{by.strip()}", view=view if view is not None else LogView(log))
     current = worker.get(key)
     if current is None:
         raise NotFound(f"no effect with key {key}")

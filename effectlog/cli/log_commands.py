@@ -74,48 +74,92 @@ def _check_payload(worker: Any, key: str, payload: Any) -> None:
 @click.command()
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read back each event to confirm it won under the log order.")
+@click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
+              help="Read key states through these serve instances (comma-separated; env "
+                   "EFFECTLOG_SERVER). Without it a Kafka log is read directly, a batch at a time.")
 @click.pass_obj
-def append(obj: CliContext, verify: bool) -> None:
+def append(obj: CliContext, verify: bool, server: str | None) -> None:
     """Append transitions given as JSON lines on stdin; print one JSON line per event.
 
     \b
     {"operation_id": "…", "kind": "email.send", "target": "mailto:a@example.com",
-     "payload": {…}, "transition": "create|reserve|dispatch|record|unknown",
+     "payload": {…}, "transition": "create|reserve|claim|dispatch|record|unknown|await_approval",
      "worker_id": "w1", "fencing_epoch": 3,
      "outcome": {"status": "succeeded|failed", "result": {…}}}
 
-    Stops at the first line that fails; lines before it stay appended. Exit codes:
-    2 bad input, 3 conflict (payload mismatch, fenced, illegal transition), 4 log down.
+    Stops at the first line that fails; lines before it stay appended. On Kafka lines are
+    taken in batches (one read of the keys' states and one pipelined append per batch).
+    Exit codes: 2 bad input, 3 conflict (payload mismatch, fenced, illegal transition),
+    4 log down.
     """
     from effectlog.worker import Worker
 
     log = obj.open_log()
-    workers: dict[str, Worker] = {}
+    try:
+        if log.indexed_keys and server is None:
+            _append_line_by_line(log, verify, Worker)
+        else:
+            _append_in_batches(log, verify, server)
+    finally:
+        log.close()
+
+
+def _emit(event: EffectEvent, position: Any) -> None:
+    emit_json({
+        "idempotency_key": event.idempotency_key, "transition": event.transition.value,
+        "state": event.state.value, "fencing_epoch": event.fencing_epoch,
+        "event_id": event.event_id, "existing": position is None,
+        "position": None if position is None else {
+            "topic": position.topic, "partition": position.partition,
+            "offset": position.offset},
+    })
+
+
+def _append_line_by_line(log: Any, verify: bool, worker_class: Any) -> None:
+    workers: dict[str, Any] = {}
+    for number, raw in enumerate(sys.stdin, start=1):
+        if not raw.strip():
+            continue
+        request = _parse_line(number, raw)
+        worker = workers.setdefault(request["worker_id"],
+                                    worker_class(log, request["worker_id"], verify=verify))
+        worker.last_position = None
+        try:
+            event = _apply(worker, request, number)
+        except EffectlogError as exc:
+            exc.args = (f"line {number}: {exc}",)
+            raise
+        _emit(event, worker.last_position)
+        sys.stdout.flush()
+
+
+def _append_in_batches(log: Any, verify: bool, server: str | None) -> None:
+    from effectlog.cli.append_batch import BATCH_LINES, run_batch
+
+    view = None
+    if server is not None:
+        from effectlog.client import ClusterView
+
+        view = ClusterView(server)
+    batch: list[tuple[int, dict[str, Any]]] = []
     try:
         for number, raw in enumerate(sys.stdin, start=1):
             if not raw.strip():
                 continue
-            request = _parse_line(number, raw)
-            worker = workers.setdefault(request["worker_id"],
-                                        Worker(log, request["worker_id"], verify=verify))
-            worker.last_position = None
             try:
-                event = _apply(worker, request, number)
-            except EffectlogError as exc:
-                exc.args = (f"line {number}: {exc}",)
+                batch.append((number, _parse_line(number, raw)))
+            except EffectlogError:
+                run_batch(log, batch, view, _apply, verify, _emit)  # the lines before it
                 raise
-            position = worker.last_position
-            emit_json({
-                "idempotency_key": event.idempotency_key, "transition": event.transition.value,
-                "state": event.state.value, "fencing_epoch": event.fencing_epoch,
-                "event_id": event.event_id, "existing": position is None,
-                "position": None if position is None else {
-                    "topic": position.topic, "partition": position.partition,
-                    "offset": position.offset},
-            })
-            sys.stdout.flush()
+            if len(batch) >= BATCH_LINES:
+                run_batch(log, batch, view, _apply, verify, _emit)
+                sys.stdout.flush()
+                batch = []
+        if batch:
+            run_batch(log, batch, view, _apply, verify, _emit)
     finally:
-        log.close()
+        if view is not None:
+            view.close()
 
 
 @click.command()

@@ -21,6 +21,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.log.kafka import KafkaSettings, create_topics
+from effectlog.view import LogView
 from effectlog.worker import Worker
 from projections.projector import project
 from projections.rebuild import rebuild
@@ -85,14 +86,14 @@ def test_rebuild_from_the_compacted_topic_gives_the_same_current_states(
     create_topics(settings)
     log = open_log(url)
     try:
-        worker = Worker(log, "w1")
+        worker = Worker(log, "w1", view=LogView(log))
         keys = many_transitions(worker, KEYS)
         state = tmp_path / "state"
         project(log, state)  # the projection built before compaction
         before = projection_digest(state, families=("state", "index"))
         compact_fast(settings)  # the reconciliation window has passed, say
         time.sleep(0.3)  # past segment.ms: the next record rolls the segment ...
-        sealer = Worker(log, "w2")
+        sealer = Worker(log, "w2", view=LogView(log))
         for p in range(3):  # ... so seal every partition's segment with one record
             sealer.create(f"seal-{p}-{uuid.uuid4().hex[:6]}", "noop", f"seal:{p}", {})
         written = KEYS * 8 + 3
