@@ -19,6 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from effectlog.keys import make_key
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.log.kafka import KafkaSettings, create_topics
 from effectlog.view import LogView
@@ -63,6 +64,17 @@ def many_transitions(worker: Worker, n: int) -> list[str]:
     return keys
 
 
+def sealers(log: EventLog) -> list[str]:
+    """One operation id whose key lands on each partition."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < log.partitions(EVENTS):
+        op = f"seal-{n}-{uuid.uuid4().hex[:6]}"
+        found.setdefault(log.partition_for(EVENTS, make_key(op, "noop", "seal")), op)
+        n += 1
+    return list(found.values())
+
+
 def records_on(log: EventLog) -> int:
     return sum(1 for p in range(log.partitions(EVENTS)) for _ in log.scan(EVENTS, p))
 
@@ -94,8 +106,8 @@ def test_rebuild_from_the_compacted_topic_gives_the_same_current_states(
         compact_fast(settings)  # the reconciliation window has passed, say
         time.sleep(0.3)  # past segment.ms: the next record rolls the segment ...
         sealer = Worker(log, "w2", view=LogView(log))
-        for p in range(3):  # ... so seal every partition's segment with one record
-            sealer.create(f"seal-{p}-{uuid.uuid4().hex[:6]}", "noop", f"seal:{p}", {})
+        for op in sealers(log):  # ... so seal every partition's segment with one record
+            sealer.create(op, "noop", "seal", {})
         written = KEYS * 8 + 3
         left = wait_until_compacted(log, written)
         assert left < written

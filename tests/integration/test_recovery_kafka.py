@@ -79,7 +79,7 @@ def test_serve_settles_a_crashed_workers_effect_on_kafka(kafka_url: str, tmp_pat
         stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.err").open("w"))
     try:
         deadline = time.monotonic() + 90
-        while Worker(log, "probe").get(key).state is not State.SUCCEEDED:  # type: ignore[union-attr]
+        while Worker(log, "probe", view=LogView(log)).get(key).state is not State.SUCCEEDED:  # type: ignore[union-attr]
             assert time.monotonic() < deadline and proc.poll() is None, "not settled in time"
             time.sleep(1)
     finally:
