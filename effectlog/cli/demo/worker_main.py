@@ -108,13 +108,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _view(log_url: str, state_dir: str, log: Any) -> StateView | None:
-    """On Kafka, read state from the projection (the supervisor runs the projector)."""
-    if not log_url.startswith("kafka"):
+def _view(server: str | None) -> StateView | None:
+    """On Kafka, read state through the supervisor's node (its query API)."""
+    if server is None:
         return None
-    from projections.view import ProjectionView
+    from effectlog.client import ClusterView
 
-    return ProjectionView(log, state_dir)
+    return ClusterView(server)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,12 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", required=True)
     parser.add_argument("--provider", required=True)
     parser.add_argument("--id", required=True)
+    parser.add_argument("--server", default=None, help="the node's query API (Kafka)")
     args = parser.parse_args(argv)
     from consumers.providers import load_provider
 
     provider = load_provider(args.provider)
     log = open_log(args.log)
-    worker = CrashingWorker(log, args.id, view=_view(args.log, args.state, log))
+    worker = CrashingWorker(log, args.id, view=_view(args.server))
     for line in sys.stdin:
         reply = run_job(worker, provider, json.loads(line))
         sys.stdout.write(json.dumps(reply) + "\n")

@@ -38,6 +38,7 @@ class KafkaLog(EventLog):
     """
 
     compacted = True  # <prefix>.events is a compacted topic
+    indexed_keys = False  # a key's records are found by scanning its partition
 
     def __init__(self, settings: KafkaSettings, url: str | None = None) -> None:
         self.settings = settings
