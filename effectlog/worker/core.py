@@ -154,13 +154,10 @@ class WorkerCore:
     def load(self, key: str, fresh: bool = False) -> Steps[EffectEvent | None]:
         """Current snapshot of ``key``; in atomic mode also remembers the offset it is at.
 
-        Otherwise a key whose last event this worker wrote and saw accepted is not read
-        again (unless ``fresh``): a writer that got in between makes the next event lose
-        under the log order, which the acceptance check reports as :class:`Fenced`.
+        Otherwise every transition reads the key first (one round trip through the view),
+        so a worker whose key was taken over meanwhile is refused before it writes anything.
         """
         if not self.atomic:
-            if not fresh and key in self.known:
-                return self.known[key][0]
             return (yield from ask(Current(key)))
         if fresh or key not in self.known:
             self.remember(key, *(yield from ask(CurrentAt(key))))
@@ -287,8 +284,6 @@ class WorkerCore:
             owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
             raise Fenced(f"{last.transition.value} on {key} lost to a concurrent writer{owner}",
                          "lost_race")
-        if self.verify:
-            self.remember(key, last, positions[-1].offset)
         self._accepted(events, positions)
         return last
 

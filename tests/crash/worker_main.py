@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         say(event="done", status="unavailable", errors=chain(exc))
         return 4
-    worker = PausingWorker(log, args.worker_id, view=LogView(log))  # folds keys from the log
+    # folds keys from the log itself (a tool's choice on Kafka; SQLite does so by default)
+    worker = PausingWorker(log, args.worker_id, view=None if log.indexed_keys else LogView(log))
     worker.pause_at = args.pause_at
     try:
         return run(worker, provider, args)

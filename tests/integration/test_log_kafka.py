@@ -87,7 +87,7 @@ def test_url_parameters_become_typed_settings(tmp_path: Path) -> None:
     props.write_text("# comment\nssl.endpoint.identification.algorithm = none\n"
                      "sasl.oauthbearer.client.secret=s3cr3t-file\n")
     settings = KafkaSettings.from_url(
-        f"kafka+sasl://a:9092,b:9092?prefix=prod&partitions=12&replication=3&timeout_s=2.5"
+        f"kafka+sasl://u:pw-s3cret@a:9092,b:9092?prefix=prod&partitions=12&replication=3&timeout_s=2.5"
         f"&sasl_mechanism=PLAIN&config={props}")
     assert settings.bootstrap == "a:9092,b:9092"
     assert (settings.prefix, settings.partitions, settings.replication) == ("prod", 12, 3)
@@ -96,7 +96,7 @@ def test_url_parameters_become_typed_settings(tmp_path: Path) -> None:
     config = settings.client_config()
     assert config["ssl.endpoint.identification.algorithm"] == "none"
     assert config["sasl.mechanism"] == "PLAIN"
-    assert "s3cr3t-file" not in repr(settings)
+    assert "s3cr3t-file" not in repr(settings) and "pw-s3cret" not in repr(settings)
 
 
 @pytest.mark.parametrize("url", ["kafka://h:1?partitions=x", "kafka://h:1?bogus=1",
