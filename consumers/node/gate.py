@@ -11,6 +11,7 @@ waiting asyncio tasks through their loop's ``call_soon_threadsafe``, never by po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -69,8 +70,8 @@ class PartitionGate:
             wake = bool(self._waiters.get(partition))
         if done:
             self._restored(partition)
-        if wake and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake, partition)
+        if wake:
+            self._notify(partition)
 
     def revoked(self, partition: int) -> None:
         """``partition`` is no longer ours: stop serving it now."""
@@ -78,8 +79,16 @@ class PartitionGate:
             self._parts.pop(partition, None)
             self._cond.notify_all()
             wake = bool(self._waiters.get(partition))
-        if wake and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake, partition)
+        if wake:
+            self._notify(partition)
+
+    def _notify(self, partition: int) -> None:
+        """Wake the partition's waiting coroutines on their loop (from any thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop (shutting down): nobody waits
+            loop.call_soon_threadsafe(self._wake, partition)
 
     def _restored(self, partition: int) -> None:
         with self._cond:
