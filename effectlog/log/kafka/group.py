@@ -48,7 +48,7 @@ class GroupSettings:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     max_poll_interval_ms: int = 300_000
-    fetch_wait_max_ms: int = 20
+    fetch_wait_max_ms: int = 5
 
 
 def group_config(settings: KafkaSettings, group: GroupSettings) -> dict[str, object]:
