@@ -43,6 +43,9 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/append.py
 	$(PY) bench/project.py
+	$(PY) bench/cluster_restore.py
+	$(PY) bench/cluster_api.py
+	$(PY) bench/cluster_failover.py
 
 clean:
 	rm -rf .effectlog build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -40,6 +40,7 @@ def fill(settings: KafkaSettings, count: int) -> None:
     """``count`` RESERVED snapshots of distinct keys, produced in large batches."""
     codec = event_codec()
     producer = Producer({**settings.client_config(), "linger.ms": 20, "acks": "all",
+                         "partitioner": "murmur2_random",
                          "enable.idempotence": True, "batch.size": 1 << 20})
     topic = settings.topic(EVENTS)
     template = advance(new_effect("op", "email.send", "mailto:u@example.com", {"n": 0}, "w1"),

@@ -51,7 +51,7 @@ def answer(url: str) -> tuple[int, Any]:
 class Serve:
     """One `effectlog serve` process with its own state directory and port."""
 
-    def __init__(self, tmp: Path, name: str, log_url: str, provider: Path,
+    def __init__(self, tmp: Path, name: str, log_url: str, provider: Path | None,
                  state_dir: Path | None = None, *extra: str) -> None:
         self.name = name
         self.port = free_port()
@@ -62,8 +62,8 @@ class Serve:
             [sys.executable, "-m", "effectlog.cli.main", "--log", log_url, "--state",
              str(self.state_dir), "--log-level", "INFO", "serve", "--http",
              f"127.0.0.1:{self.port}", "--session-timeout", "6s", "--stuck-after", "2s",
-             "--poll", "1s", "--command-timeout", "4s", "--provider", f"fake:///{provider}",
-             *extra],
+             "--poll", "1s", "--command-timeout", "4s",
+             *(("--provider", f"fake:///{provider}") if provider else ()), *extra],
             stdout=subprocess.DEVNULL, stderr=self.err_path.open("w"), stdin=subprocess.DEVNULL)
 
     def health(self) -> dict[str, Any] | None:

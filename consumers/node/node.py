@@ -72,6 +72,7 @@ class NodeSettings:
     observe_every_s: float = 5.0
     session_timeout_ms: int = 10_000
     membership_every_s: float = 2.0
+    standbys: int = 0
 
 
 class Node:
@@ -95,6 +96,7 @@ class Node:
         self._lock_file: IO[str] | None = None
         self.server: HttpServer | None = None
         self.reconciler: Reconciler | None = None
+        self._group_source: RecordSource | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -189,7 +191,8 @@ class Node:
         """Healthy while every loop runs and the log answers."""
         details: dict[str, object] = {"url": self.url, "partitions": self.gate.held(),
                                       "projection": bool(self.gate.held()),
-                                      "projected_offsets": self.gate.positions()}
+                                      "projected_offsets": self.gate.positions(),
+                                      "standbys": self.standbys()}
         ok = not self.failed
         try:
             details["log_end_offsets"] = self.end_offsets()
@@ -210,10 +213,11 @@ class Node:
     def _assignment(self) -> tuple[RecordSource, Membership]:
         """The consumer group where the log has one (Kafka), else every partition here."""
         kafka = _kafka_settings(self.logs["projector"])
+        source: RecordSource
         if kafka is None:
             from effectlog.log.source import LogSource
 
-            source: RecordSource = LogSource(self.logs["projector"])
+            source = LogSource(self.logs["projector"])
             source.start(_Assignments(self))
             return source, SoloMembership(self.url, self.partition_count)
         from effectlog.log.kafka.group import GroupMembership, GroupSettings, GroupSource
@@ -222,31 +226,52 @@ class Node:
         group = GroupSettings(s.group or f"{kafka.prefix}.serve", self.url,
                               session_timeout_ms=s.session_timeout_ms,
                               heartbeat_interval_ms=max(100, s.session_timeout_ms // 6))
-        group_source = GroupSource(kafka, group)
-        group_source.start(_Assignments(self))
-        return group_source, GroupMembership(kafka, group)
+        self._group_source = source = GroupSource(kafka, group)
+        if s.standbys > 0:
+            from consumers.node.standby import WithStandbys
+
+            standby_log = self._open(open_log(self.log_url))
+            source = WithStandbys(self._group_source, standby_log, self.projector)
+        source.start(_Assignments(self))
+        return source, GroupMembership(kafka, group)
 
     def _command_offsets(self) -> CommandOffsets:
         """On a consumer group the commands offsets are the group's, so they move with the
         partition; alone, a local file."""
-        if _kafka_settings(self.logs["projector"]) is not None:
-            from effectlog.log.kafka.group import GroupCommandOffsets, GroupSource
+        if self._group_source is None:
+            return self._open(OffsetStore(consumer_db_path(self.settings.state_dir,
+                                                           "reconciler")))
+        from effectlog.log.kafka.group import GroupCommandOffsets, GroupSource
 
-            assert isinstance(self.source, GroupSource)
-            return GroupCommandOffsets(self.source)
-        return self._open(OffsetStore(consumer_db_path(self.settings.state_dir, "reconciler")))
+        assert isinstance(self._group_source, GroupSource)
+        return GroupCommandOffsets(self._group_source)
 
     def _refresh_membership(self, stop: threading.Event) -> None:
         """Re-read who owns what every few seconds, and at once after our own rebalance."""
-        rebalanced = getattr(self.source, "rebalanced", None)
+        rebalanced = getattr(self._group_source, "rebalanced", None)
         while not stop.is_set():
             self.membership.refresh()
+            self._plan_standbys()
             if isinstance(rebalanced, threading.Event):
                 if rebalanced.wait(self.settings.membership_every_s):
                     rebalanced.clear()
                     stop.wait(0.2)  # let the rest of the group finish the same rebalance
             else:
                 stop.wait(self.settings.membership_every_s)
+
+    def _plan_standbys(self) -> None:
+        from consumers.node.standby import WithStandbys, standby_partitions
+
+        if isinstance(self.source, WithStandbys):
+            self.source.want(standby_partitions(self.membership.owners(),
+                                                self.membership.members(), self.url,
+                                                self.settings.standbys))
+
+    def standbys(self) -> dict[int, int]:
+        """The partitions this node keeps warm for other members, with their next offset."""
+        held: list[int] = getattr(self.source, "held", [])
+        writers = self.store.writers()
+        return {p: writers[p].next_offset for p in held if p in writers}
 
     def _project(self, stop: threading.Event) -> None:
         self.projector.run(source=self.source, stop=stop)
@@ -262,6 +287,7 @@ class Node:
                 for status in ("serving", "restoring"):
                     self.metrics.partitions.labels(status=status).set(
                         sum(1 for s in held.values() if s == status))
+                self.metrics.partitions.labels(status="standby").set(len(self.standbys()))
             except EffectlogError as exc:
                 logger.warning("metrics refresh failed: %s", exc)
             stop.wait(self.settings.observe_every_s)

@@ -39,6 +39,9 @@ def parse_http(text: str) -> tuple[str, int]:
               help="URL the other members reach this one at (default http://HOST:PORT).")
 @click.option("--group", default=None, metavar="NAME",
               help="Consumer group of the serve instances (Kafka; default <prefix>.serve).")
+@click.option("--standbys", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep warm copies of partitions owned by N other members (Kafka), so a "
+                   "failover restores only the last moments.")
 @click.option("--session-timeout", default="10s", show_default=True, metavar="DUR",
               help="How long a silent member keeps its partitions (Kafka group session).")
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
@@ -59,7 +62,8 @@ def parse_http(text: str) -> tuple[str, int]:
               help="Opt a payment*/browser* kind into --auto-retry explicitly.")
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
-          session_timeout: str, provider_spec: str | None, console_token: str | None,
+          standbys: int, session_timeout: str, provider_spec: str | None,
+          console_token: str | None,
           metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
@@ -77,7 +81,8 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     recovery = recovery_settings(stuck_after, command_timeout, kind_deadlines, poll)
     settings = NodeSettings(
         state_dir=Path(obj.state_dir), http_host=host, http_port=port, advertise=advertise,
-        group=group, session_timeout_ms=parse_duration_ms(session_timeout), recovery=recovery,
+        group=group, standbys=standbys, session_timeout_ms=parse_duration_ms(session_timeout),
+        recovery=recovery,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
         observe_every_s=max(recovery.poll_s, 1.0))
     provider = load_provider(provider_spec) if provider_spec else None

@@ -16,6 +16,8 @@ from typing import NamedTuple, Protocol
 
 from effectlog.log.base import EVENTS, EventLog, Record
 
+_REFRESH_S = 0.05  # end offsets of a caught-up multi-partition source, at most this often
+
 
 class AssignmentListener(Protocol):
     """Told about the partitions this process gains and loses (on the polling thread)."""
@@ -85,6 +87,7 @@ class LogSource(RecordSource):
         self._ends: dict[int, int] = dict(until or {})
         self._empty: dict[int, int] = {}
         self._turn = 0
+        self._ends_at = 0.0
         self._listener: AssignmentListener | None = None
 
     def start(self, listener: AssignmentListener) -> None:
@@ -99,6 +102,21 @@ class LogSource(RecordSource):
             self._cursors[partition] = offset
             self._empty.pop(partition, None)
 
+    def add(self, partition: int, offset: int) -> None:
+        """Read ``partition`` too, from ``offset`` (its writer is opened by the caller)."""
+        self._cursors[partition] = offset
+        self._empty.pop(partition, None)
+
+    def drop(self, partition: int) -> None:
+        """Stop reading ``partition`` (the caller closes or hands over its writer)."""
+        self._cursors.pop(partition, None)
+        self._empty.pop(partition, None)
+
+    @property
+    def reading(self) -> list[int]:
+        """The partitions read now."""
+        return sorted(self._cursors)
+
     @property
     def exhausted(self) -> bool:
         return self.until is not None and not self._behind()
@@ -112,9 +130,11 @@ class LogSource(RecordSource):
         behind = self._behind()
         if not behind and self.until is None:
             time.sleep(max(timeout_s, 0.0))
-            self._ends = self.log.end_offsets(self.topic)
-            self._empty.clear()
-            behind = self._behind()
+            if time.monotonic() - self._ends_at >= _REFRESH_S:
+                self._ends = self.log.end_offsets(self.topic)
+                self._ends_at = time.monotonic()
+                self._empty.clear()
+                behind = self._behind()
         if not behind:
             return Fetched([], {})
         self._turn += 1

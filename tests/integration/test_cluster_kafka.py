@@ -15,7 +15,7 @@ from effectlog.log import open_log
 from effectlog.log.base import EVENTS
 from projections.projector import project
 from projections.rocksdb.digest import partition_digest
-from tests.cluster_support import Serve, Workload, answer, wait_until
+from tests.cluster_support import HTTP, Serve, Workload, answer, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 PARTITIONS = 6
@@ -193,3 +193,48 @@ def test_a_read_resumes_a_partition_an_earlier_read_paused(kafka_url: str) -> No
     finally:
         writer.close()
         log.close()
+
+
+def test_a_standby_copy_is_promoted_with_nothing_left_to_restore(kafka_url: str,
+                                                                   tmp_path: Path) -> None:
+    workload = Workload(kafka_url, tmp_path / "provider.db", pause_s=0.0, limit=150)
+    FakeProvider(tmp_path / "provider.db").close()
+    workload.run()  # in this thread: all appended before the members start
+    assert workload.error is None, workload.error
+    members = [Serve(tmp_path, f"w{i}", kafka_url, None, None, "--standbys", "1")
+               for i in range(2)]
+    try:
+        wait_until(lambda: len(_owners(members)) == PARTITIONS and all(
+            m.serving() for m in members), 60, "two members share all partitions")
+        log = open_log(kafka_url)
+        ends = log.end_offsets(EVENTS)
+        log.close()
+
+        def warm(member: Serve, other: Serve) -> bool:
+            standbys = {int(p): n for p, n in (member.health() or {}).get("standbys", {}).items()}
+            return sorted(standbys) == other.serving() and all(
+                n >= ends[p] for p, n in standbys.items())
+
+        wait_until(lambda: warm(members[1], members[0]) and warm(members[0], members[1]), 60,
+                   "each member keeps the other's partitions warm")
+        victim, survivor = members
+        moved = victim.serving()
+        restored_before = _restored_records(survivor)
+        victim.kill()
+        wait_until(lambda: survivor.serving() == list(range(PARTITIONS)), SESSION_S + 30,
+                   "the survivor serves every partition")
+        assert _restored_records(survivor) == restored_before  # promoted: no tail to apply
+        assert "standby promoted" in survivor.err_path.read_text()
+        assert all(answer(f"{survivor.url}/v1/effects/{k}")[0] == 200 for k in workload.keys)
+        assert moved
+    finally:
+        for member in members:
+            member.stop()
+
+
+def _restored_records(member: Serve) -> float:
+    text = HTTP.request("GET", member.url + "/metrics").data.decode()
+    for line in text.splitlines():
+        if line.startswith("effectlog_partition_restored_records_total"):
+            return float(line.split()[-1])
+    raise AssertionError("no restored-records metric")

@@ -1,0 +1,129 @@
+"""Failover of a two-member cluster holding N keys, with and without standby copies.
+
+Two ``effectlog serve`` processes share a six-partition events topic of N keys (one
+snapshot each, as the compacted topic holds them). One is SIGKILLed; the time is from the
+kill until the survivor serves every partition and answers a sample of keys of the moved
+partitions. Without standbys the survivor restores the moved partitions from the topic;
+with ``--standbys 1`` it already holds them and only promotes them. The floor is the group
+session timeout: a dead member is noticed no sooner.
+
+Usage: python bench/cluster_failover.py [--keys N]   (EFFECTLOG_BENCH_KAFKA for a broker of
+your own; otherwise Apache Kafka is started from the Maven jars, see tools/kafka)
+The last line gives each failover as a ratio to the session timeout, and the absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import urllib3
+from _common import ROOT, kafka_bootstrap
+from cluster_restore import fill
+
+from effectlog.log.kafka import KafkaSettings, create_topics, murmur2_partition
+from tools.kafka.broker import free_port
+
+SESSION_S = 6
+HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=2, read=15))
+
+
+def health(url: str) -> dict[str, object]:
+    try:
+        found: dict[str, object] = json.loads(HTTP.request("GET", url + "/healthz").data)
+        return found
+    except (urllib3.exceptions.HTTPError, ValueError):
+        return {}
+
+
+def serving(url: str) -> list[int]:
+    parts = health(url).get("partitions", {})
+    assert isinstance(parts, dict)
+    return sorted(int(p) for p, s in parts.items() if s == "serving")
+
+
+def wait(condition: object, within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not within {within_s}s")
+        time.sleep(0.05)
+
+
+def start(url: str, state: Path, group: str, standbys: int, err: Path) -> tuple[
+        subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "effectlog.cli.main", "--log", url, "--state", str(state),
+         "serve", "--http", f"127.0.0.1:{port}", "--group", group,
+         "--session-timeout", f"{SESSION_S}s", "--standbys", str(standbys)],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err.open("w"))
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def failover(url: str, keys: int, standbys: int, work: Path) -> float:
+    """Seconds from SIGKILL of one member until the survivor answers for everything."""
+    group = f"failover-{uuid.uuid4().hex[:8]}"
+    members = [start(url, work / f"state-{standbys}-{n}", group, standbys,
+                     work / f"{standbys}-{n}.err") for n in ("a", "b")]
+    urls = [u for _, u in members]
+    try:
+        wait(lambda: sorted(serving(urls[0]) + serving(urls[1])) == list(range(6))
+             and all(serving(u) for u in urls), 600, "both members serving")
+        if standbys:
+            wait(lambda: all(len(health(u).get("standbys", {})) == 6 - len(serving(u))  # type: ignore[arg-type]
+                             for u in urls), 600, "standbys warm")
+        victim, survivor = members[0], urls[1]
+        moved = serving(victim[1])
+        sample = [k for k in (f"agent:op{i}:email.send:mailto:u{i}@example.com"
+                              for i in range(0, keys, max(1, keys // 2000)))
+                  if murmur2_partition(k.encode(), 6) in moved][:200]
+        victim[0].send_signal(signal.SIGKILL)
+        victim[0].wait()
+        killed = time.monotonic()
+        wait(lambda: serving(survivor) == list(range(6)), 600, "survivor serving all")
+        for key in sample:
+            wait(lambda k=key: HTTP.request("GET", f"{survivor}/v1/effects/{k}").status == 200,
+                 60, f"{key} answering")
+        return time.monotonic() - killed
+    finally:
+        for proc, _ in members:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=100_000)
+    args = parser.parse_args()
+    with kafka_bootstrap() as bootstrap:
+        if bootstrap is None:
+            raise SystemExit("no Kafka broker")
+        url = f"kafka://{bootstrap}?prefix=failover{uuid.uuid4().hex[:8]}&partitions=6"
+        settings = KafkaSettings.from_url(url)
+        create_topics(settings)
+        fill(settings, args.keys)
+        work = Path(tempfile.mkdtemp(prefix="effectlog-failover-"))
+        try:
+            cold = failover(url, args.keys, 0, work)
+            warm = failover(url, args.keys, 1, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"failover without standbys, {args.keys} keys: {cold:.1f}s (the moved partitions "
+          f"restored from the topic)")
+    print(f"failover with --standbys 1: {warm:.1f}s (promoted)")
+    print(f"failover/session = {cold / SESSION_S:.2f}x without standbys, {warm / SESSION_S:.2f}x "
+          f"with; {cold:.1f}s and {warm:.1f}s for {args.keys} keys, session timeout {SESSION_S}s")
+
+
+if __name__ == "__main__":
+    main()
