@@ -115,8 +115,9 @@ class _Console:
                                                      "loopback host name\n")
             try:
                 response = await handler(request)
-            except web.HTTPException as exc:
-                response = exc
+            except web.HTTPException as exc:  # redirects: raised, as aiohttp wants them
+                exc.headers.update(SECURITY_HEADERS)
+                raise
             except EffectlogError as exc:
                 response = await self._problem(request, _status(exc), str(exc))
             response.headers.update(SECURITY_HEADERS)
@@ -151,7 +152,7 @@ class _Console:
         counts = stats.body.get("states", {}) if stats.status == 200 else {}
         titles = {"AWAITING_APPROVAL": "Awaiting approval", "UNKNOWN": "Unknown"}
         sections = [{"state": state, "title": titles[state], "count": counts.get(state, 0),
-                     "items": answer.body if answer.status == 200 else [],
+                     "effects": answer.body if answer.status == 200 else [],
                      "error": None if answer.status == 200 else answer.error,
                      "more": answer.status == 200 and answer.next is not None}
                     for state, answer in zip(IN_DOUBT, lists, strict=True)]
