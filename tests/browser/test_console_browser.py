@@ -145,7 +145,6 @@ def test_an_unknown_payment_is_found_and_approved_in_the_browser(
                  "support: no charge under this key; retry it", "accepted"):
         expect(approve_row).to_contain_text(text)
     expect(approve_row.locator("td").nth(4)).to_have_text(str(workload.paused.fencing_epoch + 1))
-    _shoot(page, "console-effect")
 
     # live: the paused worker's late record arrives and is refused; the page shows it and
     # the new counts without being reloaded
@@ -161,6 +160,8 @@ def test_an_unknown_payment_is_found_and_approved_in_the_browser(
     expect(timeline.nth(5)).to_contain_text("rejected", timeout=WAIT_MS)
     expect(unknown_tile).to_have_text("4", timeout=WAIT_MS)
     assert page.evaluate("window.__same_page") is True
+    page.click("details.payload summary")
+    _shoot(page, "console-effect")
     assert errors == []
     context.close()
 

@@ -26,8 +26,7 @@
   function refresh() {
     if (busy || document.hidden) return;
     busy = true;
-    fetch(window.location.href, {cache: "no-store", credentials: "same-origin",
-                                 headers: {"X-Console-Refresh": "1"}})
+    fetch(window.location.href, {cache: "no-store", credentials: "same-origin"})
       .then(function (response) {
         if (!response.ok && response.status !== 404 && response.status !== 503) {
           throw new Error("HTTP " + response.status);
