@@ -12,8 +12,10 @@ import logging
 from effectlog.errors import IllegalTransition, InvalidInput, NotFound
 from effectlog.log.base import EventLog
 from effectlog.model import Decision, EffectEvent, State
+from effectlog.text import check_free_text
 from effectlog.view import StateView
 from effectlog.worker import Worker
+from effectlog.worker.core import MAX_WORKER_ID
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ def approve(log: EventLog, key: str, decision: Decision | str, by: str, reason: 
         raise InvalidInput(f"decision must be retry or abandon, not {decision!r}") from None
     if not by.strip() or not reason.strip():
         raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
+    check_free_text("--by", by, max_chars=MAX_WORKER_ID)
+    check_free_text("--reason", reason)
     worker = Worker(log, f"approval:{by.strip()}", view=view)
     current = worker.get(key)
     if current is None:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
-from effectlog.errors import CodecError, Conflict, EffectlogError
+from effectlog.errors import CodecError, Conflict, EffectlogError, WrongLog
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.machine import advance
 from effectlog.metrics import Metrics
@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 class CommandOffsets(Protocol):
     """Where the reconciler keeps its consumed offsets (a local
     :class:`~consumers.bookkeeping.OffsetStore`, or the consumer group's on Kafka)."""
+
+    def bind(self, log: EventLog) -> None:
+        """Refuse (:class:`~effectlog.errors.WrongLog`) offsets kept for another log."""
+        ...
 
     def get(self, topic: str) -> dict[int, int]: ...
 
@@ -82,11 +86,15 @@ class Reconciler:
         self.settings = settings or ReconcilerSettings()
         self.worker = Worker(log, self.settings.worker_id, view=view)
         self.metrics = metrics
+        self._bound = False
 
     # -- consuming commands --------------------------------------------------------------
 
     def run_once(self, timeout: float = 0.0) -> list[Handled]:
         """Handle every command not consumed yet; the offset is committed after each."""
+        if not self._bound:  # offsets kept for another (or a longer) log: refuse
+            self.offsets.bind(self.log)
+            self._bound = True
         done: list[Handled] = []
         stored = self.offsets.get(COMMANDS)
         mine = range(self.log.partitions(COMMANDS)) if self.partitions is None \
@@ -113,6 +121,8 @@ class Reconciler:
         while not stop.is_set():
             try:
                 handled = self.run_once()
+            except WrongLog:
+                raise  # offsets kept for another log: retrying cannot help
             except EffectlogError as exc:
                 logger.warning("reconciler pass failed: %s", exc)
                 handled = []

@@ -4,8 +4,11 @@ Stuck entries come from the projection's state/time index (``scan_state``), neve
 full scan. One command per stuck snapshot: the ledger (fsync'd before the command is sent)
 keeps a second one from being issued while the first is outstanding, across restarts too.
 A command stops being outstanding when the entry's state, epoch or last transition changes,
-or after ``command_timeout_s``. Entries that stay ambiguous after reconciliation (UNKNOWN,
-AWAITING_APPROVAL) are asked about again with capped exponential backoff.
+after ``command_timeout_s``, or at once when the command is no longer in the log (the log
+was lost and restored from an older copy: its commands topic ends before the command's
+offset). Entries that stay ambiguous after reconciliation (UNKNOWN, AWAITING_APPROVAL) are
+asked about again with capped exponential backoff. The ledger belongs to one log: a
+consumer pointed at a log with another identity refuses to run (:class:`WrongLog`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from consumers.bookkeeping import CommandLedger, Issued
 from consumers.commands import ReconciliationCommand
-from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput
+from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput, WrongLog
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.metrics import Metrics
 from effectlog.model import EffectEvent, State, Transition, now_ms
@@ -90,9 +93,13 @@ class RecoveryConsumer:
         self.settings = settings or RecoverySettings()
         self.clock = clock
         self.metrics = metrics
+        self._bound = False
 
     def run_once(self) -> PassResult:
         """One pass over every watched state; returns the commands it issued."""
+        if not self._bound:  # refuse a ledger kept for another log before writing anything
+            self.ledger.bind(self.log)
+            self._bound = True
         refresh = getattr(self.reader, "refresh", None)
         if callable(refresh):  # a RocksDB reader sees what the projector committed since
             refresh()
@@ -101,10 +108,20 @@ class RecoveryConsumer:
         seen: set[str] = set()
         outstanding = backing_off = 0
         truncated = False
+        ends: dict[int, int] | None = None  # of the commands topic, read once if needed
         for entry in self._stuck(now):
             seen.add(entry.idempotency_key)
             prev = self.ledger.get(entry.idempotency_key)
-            due, attempts = self._due(prev, entry)
+            lost = False
+            if prev is not None and prev.offset is not None:
+                ends = self.log.end_offsets(COMMANDS) if ends is None else ends
+                lost = prev.lost(ends)
+                if lost:
+                    logger.warning("command %s for %s is no longer in the log (offset %d, "
+                                   "the log ends at %d): issuing it again", prev.command_id,
+                                   entry.idempotency_key, prev.offset,
+                                   ends.get(prev.partition or 0, 0))
+            due, attempts = self._due(prev, entry, lost)
             if now < due:
                 if prev is not None and prev.same_snapshot(entry.state.value, entry.fencing_epoch,
                                                            entry.occurred_at) \
@@ -124,10 +141,13 @@ class RecoveryConsumer:
         return PassResult(issued, outstanding, backing_off, truncated)
 
     def run(self, stop: threading.Event) -> None:
-        """Pass after pass until ``stop`` is set; backend errors are logged and retried."""
+        """Pass after pass until ``stop`` is set; backend errors are logged and retried
+        (:class:`WrongLog` is raised: the log is not the one the ledger was kept for)."""
         while not stop.is_set():
             try:
                 self.run_once()
+            except WrongLog:
+                raise  # another log than the ledger's: retrying cannot help
             except EffectlogError as exc:
                 logger.warning("recovery pass failed: %s", exc)
             stop.wait(self.settings.poll_s)
@@ -141,10 +161,12 @@ class RecoveryConsumer:
                 if entry.occurred_at <= now - int(self.settings.deadline_s(entry.kind) * 1000):
                     yield entry
 
-    def _due(self, prev: Issued | None, entry: EffectEvent) -> tuple[int, int]:
+    def _due(self, prev: Issued | None, entry: EffectEvent, lost: bool) -> tuple[int, int]:
         """(earliest time a command may be issued, its attempt number)."""
         if prev is None:
             return 0, 1
+        if lost:  # never reached a reconciler: the same attempt again, now
+            return 0, max(prev.attempts, 1)
         backoff_ms = int(self.settings.backoff_s(prev.attempts) * 1000)
         if prev.same_snapshot(entry.state.value, entry.fencing_epoch, entry.occurred_at):
             timeout_ms = int(self.settings.command_timeout_s * 1000)
@@ -159,10 +181,11 @@ class RecoveryConsumer:
             entry, attempts, f"{entry.state.value} for {age_s:.0f}s (attempt {attempts})", now)
         # Ledger first: a crash before the append delays the command, never doubles it.
         previous = self.ledger.get(entry.idempotency_key)
-        self.ledger.put(Issued(entry.idempotency_key, entry.state.value, entry.fencing_epoch,
-                               entry.occurred_at, now, attempts, command.command_id))
+        issued = Issued(entry.idempotency_key, entry.state.value, entry.fencing_epoch,
+                        entry.occurred_at, now, attempts, command.command_id)
+        self.ledger.put(issued)
         try:
-            self.log.append(COMMANDS, entry.idempotency_key, command.encode())
+            position = self.log.append(COMMANDS, entry.idempotency_key, command.encode())
         except BackendUnavailable:
             # Known not sent (no delivery report): undo, so the next pass retries at once
             # instead of waiting out the command timeout. A duplicate would be harmless anyway.
@@ -171,6 +194,7 @@ class RecoveryConsumer:
             else:
                 self.ledger.put(previous)
             raise
+        self.ledger.put(replace(issued, partition=position.partition, offset=position.offset))
         if self.metrics:
             self.metrics.commands_issued.inc()
         logger.debug("command %s for %s (%s)", command.command_id, entry.idempotency_key,

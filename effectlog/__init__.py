@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # from the installed package's metadata, on first use
+        from importlib.metadata import version
+
+        return version("effectlog")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'effectlog' has no attribute {name!r}")

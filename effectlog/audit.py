@@ -27,25 +27,30 @@ from effectlog.keys import make_key, validate_key
 from effectlog.log.base import EVENTS, EventLog, Position, Record
 from effectlog.machine import check
 from effectlog.model import EffectEvent, Transition, now_ms
+from effectlog.text import json_printable, shorten
 
 logger = logging.getLogger(__name__)
 
 _PROGRESS_EVERY = 500
 MAX_LISTED = 10_000
+MAX_EPOCH_DIGITS = 16
 
 
 def parse_time(text: str, now: int | None = None) -> int:
     """Epoch milliseconds of an ISO-8601 time (UTC unless it says otherwise), of epoch
     milliseconds given as digits, or of a duration before ``now`` (``2h`` = two hours ago)."""
     spec = text.strip()
-    if spec.isdigit():
+    if spec.isascii() and spec.isdigit():
+        if len(spec) > MAX_EPOCH_DIGITS:
+            raise InvalidInput(f"invalid time {shorten(text)}: epoch milliseconds have at most "
+                               f"{MAX_EPOCH_DIGITS} digits")
         return int(spec)
     if DURATION.match(spec.lower()):
         return (now_ms() if now is None else now) - parse_duration_ms(spec)
     try:
         moment = datetime.fromisoformat(spec)
     except ValueError:
-        raise InvalidInput(f"invalid time {text!r}: use ISO-8601 (2024-05-01T12:00:00Z), "
+        raise InvalidInput(f"invalid time {shorten(text)}: use ISO-8601 (2024-05-01T12:00:00Z), "
                            "epoch milliseconds or a relative duration (2h, 1d)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -312,8 +317,9 @@ def write_jsonl(items: Iterator[ReplayItem], out: IO[str]) -> int:
     """Write one JSON object per record; returns how many were written."""
     count = 0
     for item in items:
-        out.write(json.dumps(item_json(item), sort_keys=True, separators=(",", ":"),
-                             ensure_ascii=False, default=str))
+        out.write(json_printable(json.dumps(item_json(item), sort_keys=True,
+                                            separators=(",", ":"), ensure_ascii=False,
+                                            default=str)))
         out.write("\n")
         count += 1
     out.flush()

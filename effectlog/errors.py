@@ -58,3 +58,14 @@ class BackendUnavailable(EffectlogError):
     """The log, broker or store could not be reached within the timeout (exit 4)."""
 
     exit_code = 4
+
+
+class LogMissing(InvalidInput):
+    """The log a URL names does not exist, and the caller may not create it (exit 2)."""
+
+
+class WrongLog(BackendUnavailable):
+    """The log is missing, has another identity, or ends before the offsets that state
+    built from it has stored: the state belongs to another log (exit 4)."""
+
+    HINT = "restore that log, or run `effectlog rebuild` to adopt this one"

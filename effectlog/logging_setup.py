@@ -68,7 +68,10 @@ class PlainFormatter(logging.Formatter):
         super().__init__(PLAIN_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        from effectlog.text import printable
+
+        # Each line escaped: text from the log cannot steer the terminal reading stderr.
+        text = "\n".join(printable(line) for line in super().format(record).split("\n"))
         extras = _extras(record)
         if not extras:
             return text

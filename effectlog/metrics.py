@@ -3,8 +3,8 @@
 Each :class:`Metrics` owns its registry (no global state). Counters are bumped by this
 process's reconciler as it works; gauges are refreshed by :meth:`Metrics.observe` from the
 projection (whose counters cover every worker's events and survive restarts) and the log.
-``effectlog serve`` exposes :meth:`Metrics.render` on ``/metrics`` (see
-:mod:`consumers.node.http_api`).
+``effectlog serve`` exposes :meth:`Metrics.render` on ``/metrics``, refreshing the gauges
+first so its lag is the one ``/healthz`` reports (see :mod:`consumers.node.http_api`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from prometheus_client import (
     generate_latest,
 )
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "projector_lag"]
+
+
+def projector_lag(end_offsets: Mapping[int, int], next_offsets: Mapping[int, int]) -> int:
+    """Events written to the log but not yet projected, over all partitions."""
+    return sum(max(0, end - next_offsets.get(p, 0)) for p, end in end_offsets.items())
 
 
 #: Gauge label -> the projection's counter (see projections.rocksdb.writer.event_metrics).
@@ -75,8 +80,7 @@ class Metrics:
         for name, value in counts.items():
             if name.startswith("rejected:"):
                 self.rejected.labels(reason=name.split(":", 1)[1]).set(value)
-        self.projector_lag.set(sum(max(0, end - next_offsets.get(p, 0))
-                                   for p, end in end_offsets.items()))
+        self.projector_lag.set(projector_lag(end_offsets, next_offsets))
         for kind, label in _PROJECTED.items():
             self.projected.labels(kind=kind).set(counts.get(label, 0))
 

@@ -27,16 +27,21 @@ _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "apikey", "api.
                  "authorization", "bearer")
 _NOT_SECRET = frozenset({"sasl.oauthbearer.token.endpoint.url", "token.endpoint.url"})
 
-_NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
+# Every pattern is linear in the length of the text (the CLI scrubs error lines that quote
+# user input): a match may only start where a run of name characters starts (the
+# lookbehind), and the run's non-letter head is consumed as ``lead``, so no start inside
+# a run is ever tried; quoted values are unrolled loops without nested backtracking.
+_NAME_CHARS = r"A-Za-z0-9_.\-"
 # name=value (query strings, properties files, kwargs reprs); value quoted or bare.
-_PAIR = re.compile(rf"(?P<name>{_NAME})(?P<sep>\s*=\s*)"
+_PAIR = re.compile(rf"(?<![{_NAME_CHARS}])(?P<lead>[0-9_.\-]*)"
+                   rf"(?P<name>[A-Za-z][{_NAME_CHARS}]*)(?P<sep>\s*=\s*)"
                    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s&#;,)\]}]+)")
 # 'name': value / "name": value (dict reprs, JSON).
 _ITEM = re.compile(r"(?P<q>['\"])(?P<name>[^'\"\s]{1,100})(?P=q)(?P<sep>\s*:\s*)"
-                   r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s,}\]]+)")
+                   r"(?P<value>'[^'\\]*(?:\\.[^'\\]*)*'|\"[^\"\\]*(?:\\.[^\"\\]*)*\"|[^\s,}\]]+)")
 # scheme://user:password@host
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:?#]*:)"
-                       r"(?P<value>[^\s@/?#]*)(?=@)")
+_USERINFO = re.compile(r"(?P<head>(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*://"
+                       r"[^\s/@:?#]*:)(?P<value>[^\s@/?#]*)(?=@)")
 
 
 def is_secret_name(name: str) -> bool:

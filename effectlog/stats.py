@@ -30,7 +30,7 @@ def effect_metrics(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def stats_figures(counts: Mapping[str, int], next_offsets: Mapping[int, int],
-                  end_offsets: Mapping[int, int], projection: str) -> dict[str, Any]:
+                  end_offsets: Mapping[int, int], projection: str, log: str) -> dict[str, Any]:
     """States, metrics, rejections by reason and lag per partition, as ``stats --json``."""
     states = {name: counts.get(f"state:{name}", 0) for name in STATES}
     rejected = {label.split(":", 1)[1]: n for label, n in counts.items()
@@ -46,4 +46,5 @@ def stats_figures(counts: Mapping[str, int], next_offsets: Mapping[int, int],
         "next_offsets": {str(p): n for p, n in sorted(next_offsets.items())},
         "lag": {str(p): max(0, n - next_offsets.get(p, 0)) for p, n in sorted(end_offsets.items())},
         "projection": projection,
+        "log": log,
     }

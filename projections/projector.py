@@ -131,6 +131,11 @@ class Projector:
             if partition not in self._writers:
                 writer = self.store.open_writer(partition, partitions=count,
                                                 trust_first=self.log.compacted)
+                try:
+                    writer.bind_log(self.log)
+                except BaseException:
+                    self.store.release(partition)
+                    raise
                 self._writers[partition] = writer
                 self._cursors[partition] = writer.next_offset
                 logger.info("partition %d assigned: resuming at offset %d", partition,

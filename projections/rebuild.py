@@ -21,19 +21,24 @@ def rebuild(log: EventLog, state_dir: str | os.PathLike[str],
             stop: threading.Event | None = None) -> Path | None:
     """Project the whole log (up to its end at the start) into ``<state_dir>.new-<ms>`` and
     swap it in; returns the new generation, or None when stopped before the end (the
-    partial build is removed and the current projection stays)."""
-    built = layout.new_build_dir(state_dir)
-    try:
-        with Projector(log, built, settings, follow_swaps=False) as projector:
-            progress = projector.run(once=True, stop=stop, on_progress=on_progress)
-            complete = not (stop is not None and stop.is_set()) or progress.total_lag == 0
-    except BaseException:
-        shutil.rmtree(built, ignore_errors=True)
-        raise
-    if not complete:
-        shutil.rmtree(built, ignore_errors=True)
-        logger.warning("rebuild stopped before the end; %s is unchanged", state_dir)
-        return None
-    final = layout.swap_in(state_dir, built)
+    partial build is removed and the current projection stays). A second rebuild of the
+    same ``state_dir`` while one runs raises :class:`BackendUnavailable` at once.
+
+    The new generation records the identity of ``log``: this is how a projection adopts
+    a new log (see :mod:`projections.lineage`)."""
+    with layout.rebuild_lock(state_dir):
+        built = layout.new_build_dir(state_dir)
+        try:
+            with Projector(log, built, settings, follow_swaps=False) as projector:
+                progress = projector.run(once=True, stop=stop, on_progress=on_progress)
+                complete = not (stop is not None and stop.is_set()) or progress.total_lag == 0
+        except BaseException:
+            shutil.rmtree(built, ignore_errors=True)
+            raise
+        if not complete:
+            shutil.rmtree(built, ignore_errors=True)
+            logger.warning("rebuild stopped before the end; %s is unchanged", state_dir)
+            return None
+        final = layout.swap_in(state_dir, built)
     logger.info("rebuilt projection swapped in: %s -> %s", state_dir, final)
     return final

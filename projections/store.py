@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 if TYPE_CHECKING:
-    from effectlog.log.base import Position, Record
+    from effectlog.log.base import EventLog, Position, Record
     from effectlog.model import EffectEvent, State
     from projections.decoding import Decoded
 
@@ -128,6 +128,12 @@ class PartitionWriter(ABC):
     def apply(self, records: Sequence[Record],
               decoded: Sequence[Decoded] | None = None) -> Applied:
         """Judge and commit ``records``; those below ``next_offset`` are skipped."""
+
+    @abstractmethod
+    def bind_log(self, log: EventLog) -> None:
+        """Refuse (:class:`~effectlog.errors.WrongLog`) to continue on a log other than the
+        one this partition was projected from, or one shorter than its stored offset;
+        record ``log``'s identity when none is recorded yet (see :mod:`projections.lineage`)."""
 
     @abstractmethod
     def skip_to(self, next_offset: int) -> None:

@@ -1,6 +1,6 @@
 """Rendering the console: the Jinja2 environment and what its templates are given.
 
-Every value a template prints passes :func:`printable` (control, format and bidi
+Every value a template prints passes :func:`effectlog.text.printable` (control, format and bidi
 characters become visible escapes: a key or reason cannot reorder or hide text) and then
 HTML escaping (autoescape), so keys, worker ids, reasons and payloads may hold markup.
 """
@@ -15,6 +15,8 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
+
+from effectlog.text import printable
 
 #: States in the order the console shows them: the ones that need a person first.
 STATE_ORDER = ("AWAITING_APPROVAL", "UNKNOWN", "DISPATCHED", "RESERVED", "CREATED", "FAILED",
@@ -31,22 +33,6 @@ STATE_NOTES = {
     "ABANDONED": "a person decided not to perform it",
     "SUCCEEDED": "done, with the provider's result",
 }
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character shown as ``\\xNN``/``\\uNNNN``."""
-    if text.isprintable():
-        return text
-    out = []
-    for char in text:
-        code = ord(char)
-        if char.isprintable():
-            out.append(char)
-        elif code < 0x100:
-            out.append(f"\\x{code:02x}")
-        else:
-            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-    return "".join(out)
 
 
 def _finalize(value: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,12 +31,15 @@ from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
+from effectlog.redact import redact_url
 from effectlog.stats import STATES, stats_figures
 from projections.paging import Filters, format_cursor, merge_pages, page_of, parse_cursor
 from projections.rocksdb.snapshot import snapshot_json
 
 if TYPE_CHECKING:
     from consumers.node.node import Node
+
+logger = logging.getLogger(__name__)
 
 #: Registers extra routes (or sub-applications) on the node's application.
 RouteHook = Callable[[web.Application], None]
@@ -239,7 +243,8 @@ class _Api:
             ends = await asyncio.to_thread(node.end_offsets)
         except EffectlogError as exc:
             return _unavailable(f"cannot read the log's end offsets: {exc}")
-        figures = stats_figures(counts, positions, ends, node.url)
+        figures = stats_figures(counts, positions, ends, node.url,
+                                redact_url(node.logs["api"].url))
         figures["members"] = members
         figures["unserved"] = sorted(set(range(node.partition_count)) - set(positions))
         return _json(200, figures)
@@ -255,6 +260,10 @@ class _Api:
     # -- operations ----------------------------------------------------------------------
 
     async def metrics(self, request: web.Request) -> web.Response:
+        try:  # as fresh as /healthz; the last figures when the log does not answer
+            await asyncio.to_thread(self.node.refresh_metrics)
+        except EffectlogError as exc:
+            logger.warning("metrics refresh failed: %s", exc)
         return web.Response(body=self.node.metrics.render(),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 

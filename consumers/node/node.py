@@ -36,7 +36,7 @@ from effectlog.errors import BackendUnavailable, EffectlogError
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.log.source import RecordSource
-from effectlog.metrics import Metrics
+from effectlog.metrics import Metrics, projector_lag
 from effectlog.provider import Provider
 from effectlog.redact import redact_url
 from projections.paging import ANYTHING, Filters, Page, merge_pages, read_page
@@ -101,13 +101,14 @@ class Node:
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> Node:
-        """Lock the state directory, open the logs and the store, bind the HTTP port, join
+        """Reach the log, lock the state directory, open the store, bind the HTTP port, join
         the group (or take every partition) and start the loops."""
         s = self.settings
-        self._lock_state_dir()
         self.logs: dict[str, EventLog] = {name: self._open(open_log(self.log_url))
                                           for name in ("projector", "work", "api")}
         api_log = self.logs["api"]
+        api_log.end_offsets(EVENTS)  # reach the log first: a broker down creates nothing
+        self._lock_state_dir()
         self.partition_count = api_log.partitions(EVENTS)
         self.store = RocksProjectionStore(s.state_dir, s.projector.cache_size)
         self.reader: StoreReader = self.store.reader(self.partition_for, self.gate.serving)
@@ -195,9 +196,14 @@ class Node:
                                       "standbys": self.standbys()}
         ok = not self.failed
         try:
-            details["log_end_offsets"] = self.end_offsets()
+            ends = self.end_offsets()
         except EffectlogError as exc:
             ok, details["error"] = False, str(exc)
+        else:
+            held = self.gate.held()
+            details["log_end_offsets"] = ends
+            details["projector_lag"] = projector_lag(
+                {p: n for p, n in ends.items() if p in held}, self.gate.positions())
         if self.failed:
             details["failed_loops"] = list(self.failed)
         return ok, details
@@ -276,18 +282,21 @@ class Node:
     def _project(self, stop: threading.Event) -> None:
         self.projector.run(source=self.source, stop=stop)
 
+    def refresh_metrics(self) -> None:
+        """Refresh the gauges from the partitions held here and the log's end offsets."""
+        held = self.gate.held()
+        ends = self.logs["work"].end_offsets(EVENTS)
+        self.metrics.observe(self.reader.counts(), {p: n for p, n in ends.items() if p in held},
+                             self.gate.positions())
+        for status in ("serving", "restoring"):
+            self.metrics.partitions.labels(status=status).set(
+                sum(1 for s in held.values() if s == status))
+        self.metrics.partitions.labels(status="standby").set(len(self.standbys()))
+
     def _observe(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                held = self.gate.held()
-                ends = self.logs["work"].end_offsets(EVENTS)
-                self.metrics.observe(self.reader.counts(),
-                                     {p: n for p, n in ends.items() if p in held},
-                                     self.gate.positions())
-                for status in ("serving", "restoring"):
-                    self.metrics.partitions.labels(status=status).set(
-                        sum(1 for s in held.values() if s == status))
-                self.metrics.partitions.labels(status="standby").set(len(self.standbys()))
+                self.refresh_metrics()
             except EffectlogError as exc:
                 logger.warning("metrics refresh failed: %s", exc)
             stop.wait(self.settings.observe_every_s)

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from consumers.providers.wire import operation_of
-from effectlog.errors import InvalidInput
+from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.model import Outcome, State
+from effectlog.private_fs import create_private_file, make_private_dirs
 from effectlog.provider import (
     FencedByProvider,
     LookupResult,
@@ -74,12 +75,16 @@ class FakeProvider:
         self.dedupe = dedupe  # False: a naive API that performs every call (for comparisons)
         self.retention_s = retention_s
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                                   check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            make_private_dirs(self.path.parent)
+            create_private_file(self.path)
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise BackendUnavailable(f"cannot open the fake provider's {self.path}: {exc}") from exc
 
     @classmethod
     def from_url(cls, url: str) -> FakeProvider:

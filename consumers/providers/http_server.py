@@ -8,6 +8,7 @@ or operation; 412 for a stale fencing epoch; 400 for a missing key or a definiti
 (body ``status: FAILED``); 503 for an injected outage. An injected accept-then-timeout
 performs the effect and drops the connection without answering.
 ``GET /lookup`` with the key header: 200 with the stored outcome, 404, or 503.
+``GET /`` describes the API; ``GET /healthz`` answers 200 while the server runs.
 """
 
 from __future__ import annotations
@@ -71,7 +72,16 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == wire.CAPABILITIES_PATH:
+            if path == "/":
+                self._json(200, {"service": "effectlog fake provider", "endpoints": {
+                    f"POST {wire.EFFECTS_PATH}{{operation}}": "perform (Idempotency-Key, "
+                                                            "Fencing-Epoch headers)",
+                    f"GET {wire.LOOKUP_PATH}": "look a key up (Idempotency-Key header)",
+                    f"GET {wire.CAPABILITIES_PATH}": "lookup completeness and retention",
+                    "GET /healthz": "liveness"}})
+            elif path == "/healthz":
+                self._json(200, {"ok": True})
+            elif path == wire.CAPABILITIES_PATH:
                 self._json(200, {"lookup_complete": provider.lookup_complete,
                                  "retention_s": provider.retention_s})
             elif path == wire.LOOKUP_PATH:

@@ -9,10 +9,12 @@ import sys
 import click
 from click.core import ParameterSource
 
-from effectlog.cli.context import CliContext, emit_json
+from effectlog.cli.context import CliContext, emit_json, is_kafka, waiting
+from effectlog.redact import redact_url
 
 DEMO_LOG = "sqlite:///.effectlog/demo/log.db"
-DEMO_STATE = ".effectlog/demo/state"
+#: Each kind of log keeps its demo state apart: a Kafka run never touches the SQLite one's.
+DEMO_STATE = {"sqlite": ".effectlog/demo/state", "kafka": ".effectlog/demo-kafka/state"}
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -38,8 +40,9 @@ def demo(ctx: click.Context, workers: int, operations: int, crash_rate: float, s
     """Run a simulated agent workload with crashes and provider faults, through effectlog
     and through a naive retry-on-restart worker; compare the provider effects.
 
-    Without --log/--state it keeps its files under .effectlog/demo/. Each run starts
-    fresh: it deletes the files of the previous demo run there (and nothing else).
+    Without --log/--state it keeps its files under .effectlog/demo/ (on a Kafka --log,
+    fresh topics and .effectlog/demo-kafka/). Each run starts fresh: it deletes the files
+    of the previous demo run on the same kind of log there (and nothing else).
     Exit 1 if effectlog caused a duplicate effect or left an effect stuck.
     """
     from rich.console import Console
@@ -51,12 +54,15 @@ def demo(ctx: click.Context, workers: int, operations: int, crash_rate: float, s
 
     obj: CliContext = ctx.obj
     log_url = obj.log_url if _explicit(ctx, "log_url") else DEMO_LOG
-    state_dir = obj.state_dir if _explicit(ctx, "state_dir") else DEMO_STATE
+    state_dir = obj.state_dir if _explicit(ctx, "state_dir") else \
+        DEMO_STATE["kafka" if is_kafka(log_url) else "sqlite"]
     if logging.getLogger().level >= logging.WARNING:
         # The demo provokes lost races and fenced writes on purpose; they are counted, not news.
         logging.getLogger("consumers").setLevel(logging.ERROR)
     err = Console(stderr=True)
-    paths, removed = prepare(log_url, state_dir)
+    with waiting(f"creating fresh demo topics on {redact_url(log_url)}" if is_kafka(log_url)
+                 else "preparing the demo's files"):
+        paths, removed = prepare(log_url, state_dir)
     progress = DemoProgress(err)
     progress.note(f"effectlog demo: log {paths.log_url}, state {paths.state_dir}")
     if removed:

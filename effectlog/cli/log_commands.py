@@ -20,6 +20,8 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         request = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}") from exc
+    except RecursionError:
+        raise InvalidInput(f"line {number}: JSON nested too deeply") from None
     if not isinstance(request, dict):
         raise InvalidInput(f"line {number}: expected a JSON object")
     name = request.get("transition")
@@ -80,22 +82,40 @@ def append(obj: CliContext, verify: bool) -> None:
 
     \b
     {"operation_id": "…", "kind": "email.send", "target": "mailto:a@example.com",
-     "payload": {…}, "transition": "create|reserve|dispatch|record|unknown",
-     "worker_id": "w1", "fencing_epoch": 3,
-     "outcome": {"status": "succeeded|failed", "result": {…}}}
+     "payload": {…}, "transition": "create", "worker_id": "w1", "fencing_epoch": 3,
+     "outcome": {"status": "succeeded|failed", "result": {…}}, "error": "…"}
+
+    \b
+    Transitions:
+      create          with payload (or payload_ref); repeated, prints the original
+      reserve         takes the next fencing epoch (or the one given)
+      claim           the same; from an open state past CREATED it takes the key over
+      dispatch        the provider call is about to start
+      record          with outcome: succeeded or failed
+      unknown         with error: whether the call took effect is not known
+      await_approval  with error: park the effect for a person's decision
+    The others take fencing_epoch from the key's current state when it is omitted.
 
     Stops at the first line that fails; lines before it stay appended. Exit codes:
     2 bad input, 3 conflict (payload mismatch, fenced, illegal transition), 4 log down.
     """
+    from effectlog.log.base import EventLog
     from effectlog.worker import Worker
 
-    log = obj.open_log()
+    log: EventLog | None = None
     workers: dict[str, Worker] = {}
     try:
-        for number, raw in enumerate(sys.stdin, start=1):
+        for number, data in enumerate(sys.stdin.buffer, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(f"line {number}: not UTF-8 (byte {exc.start + 1})") from None
             if not raw.strip():
                 continue
             request = _parse_line(number, raw)
+            if log is None:  # only a create may make a new log (where no state claims one)
+                log = obj.open_log(create=request["transition"].strip().lower() == "create")
+                log.verify()
             worker = workers.setdefault(request["worker_id"],
                                         Worker(log, request["worker_id"], verify=verify))
             worker.last_position = None
@@ -115,7 +135,8 @@ def append(obj: CliContext, verify: bool) -> None:
             })
             sys.stdout.flush()
     finally:
-        log.close()
+        if log is not None:
+            log.close()
 
 
 @click.command()
@@ -129,7 +150,7 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
     from effectlog.log.base import EVENTS
 
     validate_key(key)
-    log = obj.open_log()
+    log = obj.open_log(against_state=False)
     try:
         records = log.read_key(EVENTS, key)
         compacted = log.compacted
@@ -149,40 +170,20 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
 
 
 def _print_history(key: str, rows: list[dict[str, Any]]) -> None:
-    from datetime import UTC, datetime
+    from effectlog.cli.formatting import event_detail, iso_utc, print_table
 
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"history of {key}", title_justify="left")
-    for column in ("offset", "time (UTC)", "transition", "state", "epoch", "worker",
-                   "attempt", "detail", "verdict"):
-        table.add_column(column, overflow="fold")
+    table = []
     for row in rows:
         event = row.get("event")
         if event is None:
-            table.add_row(str(row["offset"]), "", "", "", "", "", "", "", row["verdict"])
+            table.append([row["offset"], "", "", "", "", "", "", "", row["verdict"]])
             continue
-        stamp = datetime.fromtimestamp(event["occurred_at"] / 1000, UTC)
-        when = stamp.strftime("%m-%d %H:%M:%S.%f")[:-3]
-        table.add_row(str(row["offset"]), when, event["transition"], event["state"],
-                      str(event["fencing_epoch"]), event["worker_id"], str(event["attempt"]),
-                      _detail(event), row["verdict"])
-    Console(width=max(Console().width, 140)).print(table)
-
-
-def _detail(event: dict[str, Any]) -> str:
-    if event.get("approval"):
-        a = event["approval"]
-        return f"{a['decision']} by {a['by']}: {a['reason']}"
-    if event.get("outcome"):
-        o = event["outcome"]
-        return f"{o['status']} ({o['source']}): {json.dumps(o['result'], sort_keys=True)[:80]}"
-    if event.get("error"):
-        return str(event["error"])[:80]
-    if event.get("payload_ref"):
-        return f"payload ref {event['payload_ref']}"
-    return ""
+        table.append([row["offset"], iso_utc(event["occurred_at"]), event["transition"],
+                      event["state"], event["fencing_epoch"], event["worker_id"],
+                      event["attempt"], event_detail(event), row["verdict"]])
+    print_table(f"history of {key}", ["offset", "time (UTC)", "transition", "state", "epoch",
+                                      "worker", "attempt", "detail", "verdict"], table,
+                fold=("detail", "verdict"))
 
 
 @click.group()

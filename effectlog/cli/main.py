@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import NoReturn
 
 import click
+from click.core import ParameterSource
 
-from effectlog.cli.context import CliContext
+from effectlog.cli.context import DEFAULT_TIMEOUT_S, CliContext, with_timeout
 
 #: command name -> "module:attribute"; each module owns its command(s).
 COMMANDS: dict[str, str] = {
@@ -67,6 +68,14 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:  # click would make it a quiet exit 1
+            from effectlog.cli.context import OutputClosed
+
+            raise OutputClosed() from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
@@ -84,10 +93,21 @@ class LazyGroup(click.Group):
               show_default=True, help="Logging level on stderr: DEBUG, INFO, WARNING, ERROR.")
 @click.option("--log-json/--log-text", envvar="EFFECTLOG_LOG_JSON", show_envvar=True,
               default=False, help="Log one JSON object per line instead of text.")
+@click.option("--timeout", "timeout_s", envvar="EFFECTLOG_TIMEOUT", show_envvar=True,
+              type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
+              metavar="SECONDS",
+              help="How long a command waits for the log (a Kafka broker: sets the URL's "
+                   "timeout_s) before it fails with exit 4; also bounds a read's catch-up.")
 @click.version_option(package_name="effectlog")
 @click.pass_context
-def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_json: bool) -> None:
-    """effectlog: the truth about external side effects performed by workers."""
+def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_json: bool,
+        timeout_s: float) -> None:
+    """effectlog: the truth about external side effects performed by workers.
+
+    \b
+    Shell completion, e.g. in ~/.bashrc (zsh: zsh_source; fish: fish_source):
+      eval "$(_EFFECTLOG_COMPLETE=bash_source effectlog)"
+    """
     from effectlog.logging_setup import configure_logging
     from effectlog.redact import register_url_secrets
 
@@ -100,14 +120,16 @@ def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_js
         # librdkafka repeats connection failures many times a second; the command itself
         # reports the failure once, as a one-line error with exit code 4.
         logging.getLogger("effectlog.log.kafka.librdkafka").setLevel(logging.CRITICAL)
-    ctx.obj = CliContext(log_url=log_url, state_dir=state_dir)
+    if ctx.get_parameter_source("timeout_s") is not ParameterSource.DEFAULT:
+        log_url = with_timeout(log_url, timeout_s)
+    ctx.obj = CliContext.checked(log_url, state_dir, timeout_s)
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point: run the CLI and map errors to exit codes."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry point: run the CLI, map errors to exit codes, exit."""
     from effectlog.cli.context import run_guarded
 
-    return run_guarded(cli, argv)
+    run_guarded(cli, argv)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice
     stop = _stop_on_signals()
     log = obj.open_log()
     try:
+        log.verify()  # a log its own backend reports damaged is refused before projecting
         settings = ProjectorSettings(batch_size=batch_size, decoder=decoder)
         with Projector(log, obj.state_dir, settings) as projector, \
                 _Reporter("project", quiet) as report:
@@ -139,21 +140,29 @@ def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice
 def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: bool) -> None:
     """Build a fresh projection from the whole log beside the current one, then swap it in.
 
-    The current projection stays readable until the swap; a running ``project`` follows it.
+    The current projection stays readable until the swap; a running project follows it.
     """
+    from consumers.bookkeeping import adopt_log
+    from effectlog.cli.log_guard import projection_claims
     from projections.projector import ProjectorSettings
     from projections.rebuild import rebuild as run_rebuild
 
     stop = _stop_on_signals()
-    log = obj.open_log()
+    before = {i for i, _ in projection_claims(obj.state_dir).values() if i is not None}
+    log = obj.open_log(against_state=False)  # the one command that adopts a new log
     try:
+        log.verify()
         with _Reporter("rebuild", quiet) as report:
             settings = ProjectorSettings(batch_size=batch_size, decoder=decoder)
             final = run_rebuild(log, obj.state_dir, settings, on_progress=report, stop=stop)
+        if final is None:
+            fail("rebuild stopped before the end; the current projection is unchanged", 130)
+        reset = adopt_log(obj.state_dir, log)  # bookkeeping of an earlier log is void now
+        identity = log.identity()
     finally:
         log.close()
     report.finish()
-    if final is None:
-        fail("rebuild stopped before the end; the current projection is unchanged", 130)
-        return
     click.echo(f"rebuild: {obj.state_dir} -> {final.name}", err=True)
+    if identity is not None and before - {identity}:
+        click.echo(f"rebuild: adopted log {identity} (was {', '.join(sorted(before))})"
+                   + (f"; reset {', '.join(p.name for p in reset)}" if reset else ""), err=True)

@@ -1,6 +1,7 @@
 """Read-side commands on the projection: ``get``, ``list``, ``stats``.
 
-They open the RocksDB projection read-only, so they run next to ``effectlog project``.
+They open the RocksDB projection read-only, so they run next to ``effectlog project``; on
+the embedded log they first catch it up when it is behind (:mod:`effectlog.cli.freshness`).
 Imports are kept to what each command needs: ``get --json`` loads neither fastavro, the
 model nor rich, and prints the snapshot straight from its stored JSON form.
 """
@@ -8,17 +9,19 @@ model nor rich, and prints the snapshot straight from its stored JSON form.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from effectlog.cli.context import EXIT_NOT_FOUND, CliContext, emit_json, fail
+from effectlog.cli.context import EXIT_NOT_FOUND, EXIT_USAGE, CliContext, emit_json, fail
+from effectlog.stats import STATES
 
 if TYPE_CHECKING:
     from effectlog.client import StateClient
     from projections.rocksdb.reader import RocksProjectionReader
 
-from effectlog.stats import STATES
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _older_than_ms(text: str) -> int:
@@ -32,16 +35,50 @@ def _older_than_ms(text: str) -> int:
 
 
 def _reader(obj: CliContext, families: tuple[str, ...] | None = None) -> RocksProjectionReader:
+    """The projection, read-only; exit 2 (nothing created) when there is none."""
     from projections import open_reader
 
-    return open_reader(obj.state_dir, families=families)
+    reader = open_reader(obj.state_dir, families=families)
+    if not reader.exists:
+        reader.close()
+        fail(_no_projection(obj), EXIT_USAGE)
+    return reader
+
+
+def _fresh_reader(obj: CliContext, families: tuple[str, ...],
+                  catch_up: bool) -> RocksProjectionReader:
+    """A reader of the projection, caught up first with the embedded log when it is behind
+    (see :mod:`effectlog.cli.freshness`); ``catch_up=False`` reads it as it is."""
+    if not catch_up:
+        return _reader(obj, families)
+    reader = _reader(obj, tuple(dict.fromkeys((*families, "offsets"))))
+    if not reader.exists:
+        return reader
+    from effectlog.cli import freshness
+
+    nexts = reader.next_offsets()
+    missing = freshness.lag(obj.log_url, nexts)
+    if missing is None or missing <= 0:
+        return reader
+    reader.close()
+    freshness.catch_up(obj, nexts.get(0, 0), nexts.get(0, 0) + missing)
+    return _reader(obj, families)
+
+
+def catch_up_option(command: F) -> F:
+    """``--catch-up/--no-catch-up``, shared by the read commands."""
+    return click.option(
+        "--catch-up/--no-catch-up", "catch_up", default=True, show_default=True,
+        help="On a SQLite log, first project what the log holds beyond the projection "
+             "(bounded by --timeout); --no-catch-up reads the projection as it is.")(command)
 
 
 #: ``--server URL`` of get/list/stats: read through a serve instance (comma-separated
 #: URLs fail over), instead of the local projection.
 server_option = click.option(
     "--server", "server", envvar="EFFECTLOG_SERVER", show_envvar=True, default=None,
-    metavar="URL", help="Read through `effectlog serve` at URL (several: comma-separated).")
+    metavar="URL", help="Read through the effectlog serve instance at URL (several URLs, "
+                        "comma-separated, fail over).")
 
 
 def _client(server: str) -> StateClient:
@@ -51,19 +88,9 @@ def _client(server: str) -> StateClient:
 
 
 def _no_projection(obj: CliContext) -> str:
-    return f"no projection under {obj.state_dir}: run `effectlog project` first"
+    from pathlib import Path
 
-
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    Console().print(table)
+    return f"no projection at {Path(obj.state_dir).absolute()}: run `effectlog project` first"
 
 
 def _age(ms: int, now: int) -> str:
@@ -79,36 +106,33 @@ def _age(ms: int, now: int) -> str:
 @click.command()
 @click.argument("key")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+@catch_up_option
 @server_option
 @click.pass_obj
-def get(obj: CliContext, key: str, as_json: bool, server: str | None) -> None:
+def get(obj: CliContext, key: str, as_json: bool, catch_up: bool, server: str | None) -> None:
     """Show the current state of one effect (exit 1 if the key is unknown)."""
+    from effectlog.keys import validate_key
+
+    validate_key(key)
     if server:
         with _client(server) as client:
-            snapshot, exists = client.get(key).snapshot, True
+            snapshot = client.get(key).snapshot
     else:
-        reader = _reader(obj, ("state",))
+        reader = _fresh_reader(obj, ("state",), catch_up)
         try:
             snapshot = reader.get_json(key)
-            exists = reader.exists
         finally:
             reader.close()
     if snapshot is None:
-        fail(f"no effect with key {key}" if exists else _no_projection(obj), EXIT_NOT_FOUND)
-        return
+        fail(f"no effect with key {key}", EXIT_NOT_FOUND)
     if as_json:
         emit_json(snapshot)
         return
-    rows = [[name, _show(value)] for name, value in snapshot.items() if value is not None]
-    _table(key, ["field", "value"], rows)
+    from effectlog.cli.formatting import print_table, show_value
 
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict | list):
-        import json
-
-        return json.dumps(value, sort_keys=True)
-    return str(value)
+    rows = [[name, show_value(name, value)] for name, value in snapshot.items()
+            if value is not None]
+    print_table(None, ["field", "value"], rows, fold=("value",))
 
 
 @click.command(name="list")
@@ -118,11 +142,19 @@ def _show(value: Any) -> str:
               help="Only effects whose last transition is older than DUR (30s, 5m, 2h, 1d).")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of snapshots.")
+@click.option("--keys", "keys_only", is_flag=True, help="Print only the keys, one a line.")
+@catch_up_option
 @server_option
 @click.pass_obj
 def list_effects(obj: CliContext, state: str | None, older_than: str | None, limit: int,
-                 as_json: bool, server: str | None) -> None:
-    """List effects by state and age, oldest first: a range scan over the state/time index."""
+                 as_json: bool, keys_only: bool, catch_up: bool, server: str | None) -> None:
+    """List effects by state and age, oldest first: a range scan over the state/time index.
+
+    Keys are shown whole (the table grows wider than the terminal rather than cut one);
+    --keys prints one key a line, for pipes such as xargs.
+    """
+    if as_json and keys_only:
+        raise click.UsageError("--json and --keys are alternatives: give one")
     now = int(time.time() * 1000)
     cutoff = now - _older_than_ms(older_than) if older_than is not None else None
     if server:
@@ -130,7 +162,7 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
             snapshots = client.list(state.upper() if state else None, older_than, limit)
     else:
         states = [state.upper()] if state else list(STATES)
-        reader = _reader(obj, ("state", "index"))
+        reader = _fresh_reader(obj, ("state", "index"), catch_up)
         try:
             found = [(at, snap) for name in states
                      for at, snap in _scan(reader, name, cutoff, limit)]
@@ -141,9 +173,16 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
     if as_json:
         emit_json(snapshots)
         return
-    rows = [[s["idempotency_key"], s["state"], s["fencing_epoch"], s["worker_id"], s["attempt"],
-             _age(s["occurred_at"], now)] for s in snapshots]
-    _table(f"{len(rows)} effect(s)", ["key", "state", "epoch", "worker", "attempt", "age"], rows)
+    if keys_only:
+        for snap in snapshots:
+            click.echo(snap["idempotency_key"])
+        return
+    from effectlog.cli.formatting import print_table
+
+    rows = [[s["state"], s["fencing_epoch"], s["worker_id"], s["attempt"],
+             _age(s["occurred_at"], now), s["idempotency_key"]] for s in snapshots]
+    print_table(f"{len(rows)} effect(s), oldest first",
+                ["state", "epoch", "worker", "attempt", "age", "key"], rows)
 
 
 def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
@@ -155,9 +194,10 @@ def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@catch_up_option
 @server_option
 @click.pass_obj
-def stats(obj: CliContext, as_json: bool, server: str | None) -> None:
+def stats(obj: CliContext, as_json: bool, catch_up: bool, server: str | None) -> None:
     """Effects per state, rejected events per reason, projector lag per partition.
 
     Exit 4 when the log cannot be reached (lag needs its end offsets).
@@ -166,28 +206,34 @@ def stats(obj: CliContext, as_json: bool, server: str | None) -> None:
         with _client(server) as client:
             figures = client.stats()
     else:
-        figures = collect_stats(obj)
+        figures = collect_stats(obj, catch_up)
     if as_json:
         emit_json(figures)
         return
-    _table("effects by state", ["state", "count"], [[k, v] for k, v in figures["states"].items()])
-    _table("metrics", ["metric", "count"], [[k, v] for k, v in figures["metrics"].items()])
-    _table("rejected events by reason", ["reason", "count"],
-           [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])
-    if figures.get("legacy_records"):
-        _table("legacy records read", ["encoding", "records"],
-               [["fingerprint byte-reversed (pre-spec header)", figures["legacy_records"]]])
-    _table("projector lag", ["partition", "log end", "projected", "lag"],
-           [[p, figures["end_offsets"][p], figures["next_offsets"].get(p, 0), lag]
-            for p, lag in figures["lag"].items()])
+    from effectlog.cli.formatting import print_table
+
+    print_table("effects by state", ["state", "count"],
+                [[k, v] for k, v in figures["states"].items()])
+    print_table("metrics", ["metric", "count"], [[k, v] for k, v in figures["metrics"].items()])
+    print_table("rejected events by reason", ["reason", "count"],
+                [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])
+    if figures["legacy_records"]:
+        print_table("legacy records read", ["encoding", "records"],
+                    [["fingerprint byte-reversed (pre-spec header)", figures["legacy_records"]]])
+    print_table("projector lag", ["partition", "log end", "projected", "lag"],
+                [[p, figures["end_offsets"][p], figures["next_offsets"].get(p, 0), lag]
+                 for p, lag in figures["lag"].items()])
 
 
-def collect_stats(obj: CliContext) -> dict[str, Any]:
+def collect_stats(obj: CliContext, catch_up: bool = True) -> dict[str, Any]:
     """The figures ``stats`` shows; other sections (metrics) can be added to the dict."""
+    from pathlib import Path
+
     from effectlog.log.base import EVENTS
+    from effectlog.redact import redact_url
     from effectlog.stats import stats_figures
 
-    reader = _reader(obj, ("offsets", "metadata"))
+    reader = _fresh_reader(obj, ("offsets", "metadata"), catch_up)
     try:
         counts = reader.counts()
         nexts = reader.next_offsets()
@@ -196,6 +242,8 @@ def collect_stats(obj: CliContext) -> dict[str, Any]:
     log = obj.open_log()
     try:
         ends = log.end_offsets(EVENTS)
+        log_url = log.url  # as resolved: a relative sqlite path shows absolute
     finally:
         log.close()
-    return stats_figures(counts, nexts, ends, str(obj.state_dir))
+    return stats_figures(counts, nexts, ends, str(Path(obj.state_dir).absolute()),
+                         redact_url(log_url))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -94,15 +95,19 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
     from projections import open_reader
 
     settings = recovery_settings(stuck_after, command_timeout, kind_deadlines)
-    log = obj.open_log()
     reader = open_reader(obj.state_dir)
     if not reader.exists:
-        fail(f"no projection under {obj.state_dir}: run `effectlog project` (or `effectlog "
-             "serve`) first", EXIT_UNAVAILABLE)
+        reader.close()
+        fail(f"no projection under {Path(obj.state_dir).absolute()}: run `effectlog project` "
+             "(or `effectlog serve`) first", EXIT_UNAVAILABLE)
+    log = obj.open_log()
+    log.verify()
     ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
     consumer = RecoveryConsumer(log, reader, ledger, settings)
     try:
         if not once:
+            click.echo(f"effectlog recover: a pass every {settings.poll_s:g}s until SIGTERM "
+                       "(--once for one pass)", err=True)
             consumer.run(stop_on_signals())
             return
         result = consumer.run_once()
@@ -141,15 +146,22 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     from consumers.providers import load_provider
     from consumers.reconciler import Reconciler, ReconcilerSettings
 
-    provider = load_provider(provider_spec)
     policy = approval_policy(auto_retry, allow_risky)
     settings = ReconcilerSettings(policy=policy) if worker_id is None else \
         ReconcilerSettings(worker_id=worker_id, policy=policy)
-    log = obj.open_log()
+    log = obj.open_log()  # first: a wrong or unreachable log leaves no provider file behind
+    try:
+        log.verify()
+        provider = load_provider(provider_spec)
+    except BaseException:
+        log.close()
+        raise
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
     reconciler = Reconciler(log, provider, offsets, settings)
     try:
         if not once:
+            click.echo("effectlog reconcile: settling commands as they come until SIGTERM "
+                       "(--once for those there are now)", err=True)
             reconciler.run(stop_on_signals())
             return
         handled = reconciler.run_once()
@@ -180,16 +192,20 @@ def approve(obj: CliContext, key: str, decision: str, by: str, reason: str, as_j
     from consumers.approvals import approve as append_decision
     from effectlog.keys import validate_key
 
+    validate_key(key)
     log = obj.open_log()
     try:
-        event = append_decision(log, validate_key(key), decision, by, reason)
+        log.verify()
+        event = append_decision(log, key, decision, by, reason)
     finally:
         log.close()
     if as_json:
         emit_json(event.to_json())
     else:
-        click.echo(f"{key}: {decision.upper()} by {by} -> {event.state.value} "
-                   f"(epoch {event.fencing_epoch})")
+        from effectlog.text import printable
+
+        click.echo(printable(f"{key}: {decision.upper()} by {by} -> {event.state.value} "
+                             f"(epoch {event.fencing_epoch})"))
 
 
 @click.group("fake-provider")

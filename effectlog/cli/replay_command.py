@@ -12,9 +12,10 @@ from typing import IO, Any
 import click
 
 from effectlog.audit import Replay, ReplayFilter, ReplaySummary, parse_time, write_avro, write_jsonl
-from effectlog.cli.context import EXIT_CONFLICT, CliContext
+from effectlog.cli.context import EXIT_CONFLICT, EXIT_NOT_FOUND, CliContext, fail
 from effectlog.errors import InvalidInput
 from effectlog.redact import redact_url
+from effectlog.text import printable
 
 
 def _time(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -71,9 +72,9 @@ def _print_summary(summary: ReplaySummary) -> None:
         return
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(summary.by_reason.items()))
     click.echo(f"violations: {summary.violation_count} ({reasons})", err=True)
-    for v in summary.violations:
-        click.echo(f"  {v.position.partition}:{v.position.offset}  {v.key}  {v.reason}: {v.detail}",
-                   err=True)
+    for v in summary.violations:  # keys and details come from the log: escaped
+        click.echo(printable(f"  {v.position.partition}:{v.position.offset}  {v.key}  "
+                             f"{v.reason}: {v.detail}"), err=True)
     if summary.violation_count > len(summary.violations):
         click.echo(f"  … {summary.violation_count - len(summary.violations)} more", err=True)
 
@@ -107,7 +108,8 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     its baseline snapshot. Without --since a key must start with CREATE (on a compacted
     topic, histories whose start was compacted away show as missing_create).
 
-    Exit status: 0 when the history is clean, 3 when there are violations.
+    Exit status: 0 when the history is clean, 3 when there are violations, 1 when --key
+    has no events (in the window), 2 for bad options or a missing log, 4 when the log cannot be read.
     """
     try:
         selection = ReplayFilter(key=key, since_ms=since, until_ms=until)
@@ -115,11 +117,15 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
         raise click.UsageError(str(exc)) from None
     if fmt == "avro" and out == "-" and sys.stdout.isatty():
         raise click.UsageError("refusing to write Avro to a terminal: use --out FILE or a pipe")
-    log = obj.open_log()
+    log = obj.open_log(against_state=False)
     try:
+        log.verify()  # an audit of a log its backend reports damaged fails loudly (exit 4)
         with _progress(sys.stderr.isatty()) as (advance, set_total):
             run = Replay(log, selection, progress=advance)
-            set_total(run.total())
+            total = run.total()
+            if key is not None and total == 0:
+                fail(f"no events for key {key}", EXIT_NOT_FOUND)
+            set_total(total)
             with _output(out, binary=fmt == "avro") as handle:
                 if fmt == "avro":
                     meta = {"effectlog.log": redact_url(log.url),
@@ -130,6 +136,8 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     finally:
         log.close()
     summary = run.summary
+    if key is not None and not summary.records:
+        fail(f"no events for key {key}", EXIT_NOT_FOUND)
     if as_json:
         click.echo(json.dumps(summary.to_json(), sort_keys=True), err=out == "-")
     else:

@@ -95,8 +95,9 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         node.stop(5)
         node.close()
         raise
-    click.echo(f"effectlog serve: {node.url} (query API, /metrics, /healthz; web console at / "
-               f"{'with decisions' if console_token else 'read-only'})", err=True)
+    click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
+               f"/healthz; web console at / {'with decisions' if console_token else 'read-only'})",
+               err=True)
     while not stop.wait(0.5) and not node.crashed.is_set():
         pass
     click.echo("effectlog serve: stopping", err=True)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from effectlog.errors import InvalidInput
+from effectlog.errors import InvalidInput, LogMissing
 from effectlog.log.base import COMMANDS, EVENTS, TOPICS, EventLog, Position, Record
 
-__all__ = ["COMMANDS", "EVENTS", "TOPICS", "EventLog", "Position", "Record", "open_log"]
+__all__ = ["COMMANDS", "EVENTS", "TOPICS", "EventLog", "LogMissing", "Position", "Record",
+           "open_log"]
 
 
-def open_log(url: str) -> EventLog:
+def open_log(url: str, *, create: bool = True) -> EventLog:
     """Open the event log named by ``url``: ``memory://``, ``sqlite:///path``, ``kafka://host:port``.
 
-    Backends are imported lazily so that a SQLite user never imports confluent-kafka.
+    With ``create=False`` a log that does not exist yet raises :class:`LogMissing` instead
+    of being created (read commands never create one). Backends are imported lazily so
+    that a SQLite user never imports confluent-kafka.
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
@@ -21,12 +24,15 @@ def open_log(url: str) -> EventLog:
     if scheme == "sqlite":
         from effectlog.log.sqlite import SqliteLog
 
-        return SqliteLog.from_url(url)
+        return SqliteLog.from_url(url, create=create)
     if scheme in ("kafka", "kafka+ssl", "kafka+sasl"):
-        from effectlog.log.kafka import KafkaLog
+        from effectlog.log.kafka import KafkaLog, KafkaSettings
+        from effectlog.log.security import check_client_security
 
+        check_client_security(KafkaSettings.from_url(url).client_config())
         return KafkaLog.from_url(url)
     from effectlog.redact import redact_url
+    from effectlog.text import shorten
 
-    raise InvalidInput(f"unsupported log URL {redact_url(url)!r}: use memory://, sqlite:///path "
+    raise InvalidInput(f"unsupported log URL {shorten(redact_url(url))}: use memory://, sqlite:///path "
                        "or kafka://host:port")

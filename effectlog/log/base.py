@@ -122,6 +122,16 @@ class EventLog(ABC):
                 yield record
             offset = records[-1].offset + 1
 
+    def identity(self) -> str | None:
+        """The log's id: made with the log and never reused (SQLite: a row in the log file;
+        Kafka: the events topic's topic ID), so state built from one log can tell it from
+        another one at the same URL. None when the backend cannot tell (checks are skipped)."""
+        return None
+
+    def verify(self) -> None:  # noqa: B027 - optional hook
+        """Ask the backend whether its storage is intact, before writing (SQLite runs its
+        quick_check); raise :class:`BackendUnavailable` when it reports damage."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and flush pending work."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 
 from effectlog.log.base import TOPICS, EventLog, Position, Record
@@ -20,6 +21,10 @@ class MemoryLog(EventLog):
         self._records: dict[str, list[Record]] = {topic: [] for topic in TOPICS}
         self._changed = threading.Condition()
         self._last: dict[tuple[str, str], int] = {}  # (topic, key) -> offset of its latest
+        self._id = uuid.uuid4().hex
+
+    def identity(self) -> str:
+        return self._id
 
     def partitions(self, topic: str) -> int:
         return 1

@@ -7,24 +7,38 @@ integer primary key gives each topic a gap-free, per-process-safe offset sequenc
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
-from effectlog.errors import BackendUnavailable, InvalidInput
-from effectlog.log.base import TOPICS, EventLog, Position, Record
+from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput, LogMissing
+from effectlog.log.base import EVENTS, TOPICS, EventLog, Position, Record
+from effectlog.private_fs import create_private_file, make_private_dirs
+from effectlog.text import shorten
 
 _POLL_S = 0.02
+_META = "meta"
+# Rows are read as bytes and integers whatever another tool stored in them, so a foreign
+# or damaged row becomes an undecodable record, never an exception in the reader.
+_COLUMNS = "rid, CAST(key AS BLOB), CAST(value AS BLOB), CAST(ts AS INTEGER)"
 
 
 def path_from_url(url: str) -> Path:
     """``sqlite:///a/b.db`` is relative (``a/b.db``); ``sqlite:////a/b.db`` is absolute."""
     if not url.startswith("sqlite:///") or len(url) <= len("sqlite:///"):
-        raise InvalidInput(f"invalid sqlite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
-    return Path(url[len("sqlite:///"):].split("?", 1)[0])
+        raise InvalidInput(f"invalid sqlite URL {shorten(url)}: use sqlite:///relative.db or "
+                           "sqlite:////abs.db")
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    if not path or "\x00" in path:
+        raise InvalidInput(f"invalid sqlite URL {shorten(url)}: no file path")
+    return Path(path)
 
 
 class SqliteLog(EventLog):
@@ -33,27 +47,90 @@ class SqliteLog(EventLog):
     conditional = True
     concurrent_appends = 1
 
-    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 30.0, *,
+                 create: bool = True) -> None:
+        if "\x00" in os.fspath(path):
+            raise InvalidInput("a sqlite log path cannot contain a NUL character")
+        self.path = Path(path).absolute()
         self.url = f"sqlite:///{self.path}"
         self._lock = threading.RLock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s,
-                                       isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            existed = self.path.exists()
+        except OSError as exc:
+            raise _path_error(self.path, exc) from None
+        if not existed and not create:
+            raise LogMissing(f"no sqlite log at {self.path}")
+        try:
+            if not existed:
+                make_private_dirs(self.path.parent)
+                create_private_file(self.path)
+            # mode=rw: never create the file here, even if it vanished since the check.
+            self._db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True,
+                                       timeout=busy_timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+            try:
+                self._id = self._schema(initialise=create or not existed)
+            except BaseException:
+                self._db.close()
+                raise
+        except OSError as exc:
+            raise _path_error(self.path, exc) from exc
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc}") from exc
+
+    def _schema(self, initialise: bool) -> str:
+        """The log's id; creates tables and id when missing (a file just made, or a log
+        from before ids existed). A SQLite file holding anything else is refused."""
+        tables = {row[0] for row in self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if EVENTS not in tables and (tables or not initialise):
+            raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
+                                     f"{EVENTS} table")
+        self._db.execute("PRAGMA journal_mode=WAL")  # only once the file is known to be ours
+        self._db.execute("PRAGMA synchronous=FULL")
+        if {*TOPICS, _META} <= tables:
+            found = self._log_id()
+            if found is not None:
+                return found
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
             for topic in TOPICS:
                 self._db.execute(
                     f"CREATE TABLE IF NOT EXISTS {topic} (rid INTEGER PRIMARY KEY, "
                     "key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL)")
                 self._db.execute(f"CREATE INDEX IF NOT EXISTS {topic}_key ON {topic}(key, rid)")
-        except (sqlite3.Error, OSError) as exc:
-            raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc}") from exc
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS {_META} "
+                             "(name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._db.execute(f"INSERT OR IGNORE INTO {_META} VALUES ('log_id', ?)",
+                             (uuid.uuid4().hex,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        found = self._log_id()
+        assert found is not None
+        return found
+
+    def _log_id(self) -> str | None:
+        row = self._db.execute(f"SELECT value FROM {_META} WHERE name = 'log_id'").fetchone()
+        return None if row is None else str(row[0])
+
+    def identity(self) -> str:
+        return self._id
+
+    def verify(self) -> None:
+        """SQLite's quick_check over the whole file (about 1 ms per MB)."""
+        with self._lock:
+            try:
+                rows = self._db.execute("PRAGMA quick_check").fetchall()
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"sqlite log {self.path} is damaged: {exc}") from exc
+        if rows != [("ok",)]:
+            raise BackendUnavailable(f"sqlite log {self.path} is damaged: {rows[0][0]}")
 
     @classmethod
-    def from_url(cls, url: str) -> SqliteLog:
-        return cls(path_from_url(url))
+    def from_url(cls, url: str, *, create: bool = True) -> SqliteLog:
+        return cls(path_from_url(url), create=create)
 
     def partitions(self, topic: str) -> int:
         return 1
@@ -135,11 +212,10 @@ class SqliteLog(EventLog):
         table = _table(topic)
         deadline = time.monotonic() + timeout
         while True:
-            rows = self._query(f"SELECT rid, key, value, ts FROM {table} WHERE rid > ? "
+            rows = self._query(f"SELECT {_COLUMNS} FROM {table} WHERE rid > ? "
                                "ORDER BY rid LIMIT ?", (offset, limit))
             if rows or time.monotonic() >= deadline:
-                return [Record(topic, 0, rid - 1, key, bytes(value), ts)
-                        for rid, key, value, ts in rows]
+                return [_record(topic, row) for row in rows]
             time.sleep(_POLL_S)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
@@ -147,15 +223,15 @@ class SqliteLog(EventLog):
         return {0: int(rows[0][0])}
 
     def read_key(self, topic: str, key: str) -> list[Record]:
-        rows = self._query(f"SELECT rid, key, value, ts FROM {_table(topic)} WHERE key = ? "
+        rows = self._query(f"SELECT {_COLUMNS} FROM {_table(topic)} WHERE key = ? "
                            "ORDER BY rid", (key,))
-        return [Record(topic, 0, rid - 1, k, bytes(v), ts) for rid, k, v, ts in rows]
+        return [_record(topic, row) for row in rows]
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    def _query(self, sql: str, args: tuple[object, ...]) -> list[tuple[int, str, bytes, int]]:
+    def _query(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return self._db.execute(sql, args).fetchall()
@@ -163,7 +239,23 @@ class SqliteLog(EventLog):
                 raise BackendUnavailable(f"sqlite read from {self.path} failed: {exc}") from exc
 
 
+def _path_error(path: Path, exc: OSError) -> EffectlogError:
+    """A path that cannot name a file here is bad input (2); anything else, such as a
+    permission or a full disk, is the backend being unavailable (4)."""
+    message = f"cannot open sqlite log {path}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EISDIR):
+        return InvalidInput(message)
+    return BackendUnavailable(message)
+
+
 def _table(topic: str) -> str:
     if topic not in TOPICS:
         raise InvalidInput(f"unknown topic {topic!r}")
     return topic
+
+
+def _record(topic: str, row: tuple[Any, ...]) -> Record:
+    """A Record from a row of :data:`_COLUMNS` (key bytes that are not UTF-8 are replaced)."""
+    rid, key, value, ts = row
+    return Record(topic, 0, rid - 1, key.decode("utf-8", "replace") if key is not None else "",
+                  value if value is not None else b"", ts if ts is not None else 0)

@@ -29,11 +29,13 @@ from effectlog.machine import (
     new_effect,
 )
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
+from effectlog.text import check_free_text
 
 logger = logging.getLogger("effectlog.worker")
 
 R = TypeVar("R")
 T = Transition
+MAX_WORKER_ID = 200
 RACE_RETRIES = 5
 OPEN_FOR_DISPATCH = frozenset({State.CREATED, State.RESERVED})
 
@@ -137,7 +139,7 @@ class WorkerCore:
     def __init__(self, worker_id: str, *, atomic: bool, verify: bool = True,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  accept_timeout_s: float = 10.0) -> None:
-        self.worker_id = worker_id
+        self.worker_id = check_free_text("worker_id", worker_id, max_chars=MAX_WORKER_ID)
         self.atomic = atomic
         self.verify = verify
         self.max_payload_bytes = max_payload_bytes
@@ -224,6 +226,8 @@ class WorkerCore:
         choice = Decision(decision.upper()) if isinstance(decision, str) else decision
         if not by.strip() or not reason.strip():
             raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
+        check_free_text("--by", by, max_chars=MAX_WORKER_ID)
+        check_free_text("--reason", reason)
         current = yield from self.require(key)
         approval = Approval(choice, by, reason)
         return (yield from self.write(advance(current, T.APPROVE, self.worker_id,

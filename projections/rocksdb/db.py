@@ -35,6 +35,10 @@ def _logger() -> logging.Logger:
     return logging.getLogger(__name__)
 
 
+class ProjectionLocked(BackendUnavailable):
+    """Another process holds the partition's writer lock (a running projector)."""
+
+
 def _cf_options(bloom: bool) -> Options:
     opts = Options(raw_mode=True)
     if bloom:
@@ -55,6 +59,9 @@ def _db_options(mode: Mode) -> Options:
         opts.set_keep_log_file_num(3)
     else:
         opts.set_max_open_files(-1)
+        # One thread opens the table files: starting RocksDB's default 16 threads costs a
+        # one-shot reader (`effectlog get`) more than opening a partition's files takes.
+        opts.set_max_file_opening_threads(1)
     return opts
 
 
@@ -82,8 +89,8 @@ def open_partition(path: Path, mode: Mode, secondary_path: str | None = None,
         except Exception as exc:  # rocksdict's only error type
             last = str(exc)
             if "lock" in last.lower():
-                raise BackendUnavailable(f"projection {path} is locked by another projector: "
-                                         f"{last}") from None
+                raise ProjectionLocked(f"projection {path} is locked by another projector: "
+                                       f"{last}") from None
             time.sleep(0.02 * (attempt + 1))
     raise BackendUnavailable(f"cannot open projection {path}: {last}")
 

@@ -11,14 +11,18 @@ key's partition even where only some partitions are stored (a member of a cluste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from effectlog.errors import BackendUnavailable
+from effectlog.private_fs import make_private_dirs
+
 if TYPE_CHECKING:
     import logging
-
 
 
 def _logger() -> logging.Logger:
@@ -30,6 +34,7 @@ def _logger() -> logging.Logger:
 
 _GEN = ".gen-"
 _NEW = ".new-"
+_LOCK = ".rebuild-lock"
 _PARTITIONS = "PARTITIONS"
 
 
@@ -51,8 +56,7 @@ def ensure_generation(state_dir: str | os.PathLike[str]) -> Path:
     if found is not None:
         return found
     path = Path(state_dir)
-    fresh = _sibling(path, _GEN)
-    fresh.mkdir(parents=True, mode=0o700)
+    fresh = _fresh_sibling(path, _GEN)
     try:
         os.symlink(fresh.name, path)
     except FileExistsError:  # another process created it first
@@ -66,9 +70,28 @@ def ensure_generation(state_dir: str | os.PathLike[str]) -> Path:
 
 def new_build_dir(state_dir: str | os.PathLike[str]) -> Path:
     """A fresh, empty ``<state_dir>.new-<ms>`` directory for a rebuild."""
-    path = _sibling(Path(state_dir), _NEW)
-    path.mkdir(parents=True, mode=0o700)
-    return path
+    return _fresh_sibling(Path(state_dir), _NEW)
+
+
+@contextlib.contextmanager
+def rebuild_lock(state_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Held while one rebuild of ``state_dir`` runs (``<state_dir>.rebuild-lock``, flock):
+    a second rebuild is refused at once instead of pruning the first one's build."""
+    import fcntl
+
+    path = Path(state_dir)
+    lock = path.with_name(f"{path.name}{_LOCK}")
+    make_private_dirs(lock.parent)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BackendUnavailable(f"another rebuild of {path.absolute()} is running: "
+                                     "wait for it to finish") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def swap_in(state_dir: str | os.PathLike[str], built: Path) -> Path:
@@ -128,6 +151,19 @@ def partition_count(generation: Path | None) -> int | None:
         return int((generation / _PARTITIONS).read_text(encoding="ascii"))
     except (OSError, ValueError):
         return None
+
+
+def _fresh_sibling(path: Path, marker: str) -> Path:
+    """A new, empty, private ``<path><marker><ms>`` directory (parents made 0700 too)."""
+    make_private_dirs(path.parent)
+    while True:
+        candidate = _sibling(path, marker)
+        try:
+            candidate.mkdir(mode=0o700)
+        except FileExistsError:  # another process took that name in the same millisecond
+            continue
+        os.chmod(candidate, 0o700)
+        return candidate
 
 
 def _sibling(path: Path, marker: str) -> Path:

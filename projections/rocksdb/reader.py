@@ -168,6 +168,12 @@ class PartitionReads(ProjectionReader):
             out[partition] = 0 if raw is None else unpack_u64(raw)
         return out
 
+    def log_ids(self) -> dict[int, str | None]:
+        """Per partition: the identity of the log it was projected from (None: unrecorded)."""
+        from projections.lineage import stored_log_id
+
+        return {p: stored_log_id(part.cf[METADATA]) for p, part in sorted(self._opened().items())}
+
     def counts(self) -> dict[str, int]:
         totals: dict[str, int] = {}
         for part in self._opened().values():

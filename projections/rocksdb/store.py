@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from effectlog.errors import BackendUnavailable
+from effectlog.private_fs import make_private_dirs
 from projections.rocksdb import layout
 from projections.rocksdb.db import PartitionDB
 from projections.rocksdb.reader import Partitioner, PartitionReads, default_partitioner
@@ -40,8 +41,9 @@ class RocksProjectionStore(ProjectionStore):
                 self.generation = layout.ensure_generation(self.state_dir)
             layout.record_partition_count(self.generation, partitions)
             self._partitions = partitions
-            writer = RocksPartitionWriter(layout.partition_dir(self.generation, partition),
-                                          partition, self.cache_size, trust_first=trust_first)
+            path = make_private_dirs(layout.partition_dir(self.generation, partition))
+            writer = RocksPartitionWriter(path, partition, self.cache_size,
+                                          trust_first=trust_first)
             self._writers[partition] = writer
             return writer
 

@@ -22,7 +22,7 @@ from rocksdict import WriteBatch, WriteOptions
 
 from effectlog.codec import event_codec
 from effectlog.errors import Conflict, EffectlogError
-from effectlog.log.base import Record
+from effectlog.log.base import EventLog, Record
 from effectlog.machine import check, check_binding
 from effectlog.model import EffectEvent, State, Transition
 from projections.decoding import Decoded, decode_values
@@ -123,6 +123,12 @@ class RocksPartitionWriter(PartitionWriter):
             self.db.flush()
         finally:
             self.handle.close()
+
+    def bind_log(self, log: EventLog) -> None:
+        from projections import lineage
+
+        lineage.bind(self._cf[METADATA], log, self.partition, self.next_offset,
+                     f"the projection {self.path}")
 
     def skip_to(self, next_offset: int) -> None:
         """Move the stored offset over offsets that hold no records (Kafka's transaction

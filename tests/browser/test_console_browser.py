@@ -7,6 +7,7 @@ Set EFFECTLOG_CONSOLE_SCREENSHOTS=DIR to keep the screenshots of the main pages 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -64,7 +65,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
     deadline = time.monotonic() + 30
     while True:
         try:
-            if http.request("GET", url + "/healthz").status == 200:
+            health = http.request("GET", url + "/healthz")
+            if health.status == 200 and json.loads(health.data)["partitions"] == {"0": "serving"}:
                 break
         except urllib3.exceptions.HTTPError:
             pass

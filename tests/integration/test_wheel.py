@@ -15,8 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                    "-q", "-w", str(dist), str(ROOT)], check=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                            "-w", str(dist), str(ROOT)], check=True, timeout=300,
+                           capture_output=True, text=True)
+    assert "project.license" not in built.stdout + built.stderr  # no deprecation warning
     wheel = next(dist.glob("effectlog-*.whl"))
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
@@ -29,13 +31,16 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None
     work = tmp_path / "elsewhere"
     work.mkdir()
     probe = ("import effectlog, importlib.resources as r, json;"
-             "print(json.dumps([effectlog.__file__,"
+             "print(json.dumps([effectlog.__file__, effectlog.__version__,"
              " sorted(p.name for p in r.files('effectlog.schemas').iterdir()"
              " if p.name.endswith('.avsc'))]))")
     out = subprocess.run([str(py), "-c", probe], cwd=work, env=env, capture_output=True,
                          text=True, check=True, timeout=60)
-    location, schemas = json.loads(out.stdout)
-    assert str(env_dir) in location
+    location, version, schemas = json.loads(out.stdout)
+    assert str(env_dir) in location and version == "0.1.0"
+    shown = subprocess.run([str(env_dir / "bin" / "effectlog"), "--version"], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and shown.stdout.strip() == "effectlog, version 0.1.0"
     assert schemas == ["effect_event.v2.avsc", "reconciliation_command.v1.avsc"]
     console = ("import importlib.resources as r; from consumers.console.pages import environment;"
                "[environment().get_template(t) for t in ('overview.html', 'list.html',"

@@ -44,8 +44,8 @@ def test_fast_path_prints_what_the_full_cli_prints(projected: Path) -> None:
 
 def test_fast_path_loads_neither_click_nor_fastavro(projected: Path) -> None:
     code = ("import sys; from effectlog.cli.entry import fast_get_json;"
-            f"assert fast_get_json(['--state', {str(projected / 'state')!r}, 'get', {KEY!r},"
-            " '--json']) == 0;"
+            f"assert fast_get_json(['--log', 'sqlite:///{projected}/log.db', '--state', "
+            f"{str(projected / 'state')!r}, 'get', {KEY!r}, '--json']) == 0;"
             "print('click' in sys.modules, 'fastavro' in sys.modules, 'rich' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

@@ -54,7 +54,7 @@ def test_repeated_create_with_same_payload_returns_the_original(tmp_path: Path) 
     (lines({"transition": "create", "fencing_epoch": "one"}), 2, "fencing_epoch"),
     (lines({"transition": "create", "kind": "Bad Kind"}), 2, "invalid kind"),
     (lines({"transition": "create", "target": "a\u0007b"}), 2, "control"),
-    (lines({"transition": "dispatch"}), 1, "no effect"),
+    (lines({"transition": "dispatch"}), 2, "no sqlite log at"),  # only a create makes a log
 ])
 def test_bad_input_gets_one_line_and_its_exit_code(tmp_path: Path, stdin: str, code: int,
                                                     message: str) -> None:
@@ -98,8 +98,15 @@ def test_history_shows_a_table_and_json(tmp_path: Path) -> None:
 
 
 def test_history_of_unknown_key_exits_1_and_bad_key_exits_2(tmp_path: Path) -> None:
+    run(tmp_path, "append", stdin=CYCLE)
     assert run(tmp_path, "history", "agent:none:k:t").returncode == 1
     assert run(tmp_path, "history", "not-a-key").returncode == 2
+
+
+def test_history_of_a_missing_log_exits_2_and_creates_nothing(tmp_path: Path) -> None:
+    done = run(tmp_path, "history", KEY)
+    assert done.returncode == 2 and f"no sqlite log at {tmp_path}/log.db" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_cli_arguments_exit_2(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -36,9 +37,14 @@ def workload(log: EventLog) -> Workload:
 
 
 def _node(tmp_path: Path, token: str | None, name: str = "state") -> Node:
-    return Node(f"sqlite:///{tmp_path}/log.db",
-                NodeSettings(state_dir=tmp_path / name, http_port=0),
+    """A started node, once its partition serves (it restores first)."""
+    node = Node(f"sqlite:///{tmp_path}/log.db", NodeSettings(state_dir=tmp_path / name, http_port=0),
                 extra_routes=console_routes(ConsoleSettings(token=token, page_size=5))).start()
+    deadline = time.monotonic() + 30
+    while node.gate.serving() != [0]:
+        assert time.monotonic() < deadline, "the node did not start serving"
+        time.sleep(0.02)
+    return node
 
 
 @pytest.fixture
@@ -198,6 +204,11 @@ def test_a_decision_is_recorded_as_effectlog_approve_records_it(
                     {"decision": "retry", "by": " ", "reason": "x", "csrf": csrf},
                     Origin=node.url, Cookie=cookie)
     assert empty.status == 400 and b"who decided" in empty.data
+    hidden = _decide(http, node, workload.payment,
+                     {"decision": "retry", "by": "Dana\u202eOps", "reason": "x", "csrf": csrf},
+                     Origin=node.url, Cookie=cookie)
+    assert hidden.status == 400 and b"control character" in hidden.data
+    assert LogView(log).current(workload.payment).state.value == "UNKNOWN"  # type: ignore[union-attr]
     done = _decide(http, node, workload.payment,
                    {"decision": "retry", "by": "Dana Ops", "reason": "Stripe says no charge",
                     "csrf": csrf}, Referer=_page(node, workload.payment), Cookie=cookie)

@@ -74,3 +74,65 @@ def test_demo_on_kafka(kafka_bootstrap: str, tmp_path: Path) -> None:
     figures = json.loads(done.stdout)
     assert figures["log"].startswith(f"kafka://{kafka_bootstrap}?prefix=effects-demo-")
     check(figures, 10, 3, 0.15)
+
+
+def test_demo_refusal_suggests_locations_of_the_scheme_in_use(tmp_path: Path) -> None:
+    from effectlog.cli.demo.run import prepare
+    from effectlog.errors import InvalidInput
+
+    sqlite_paths, _ = prepare(f"sqlite:///{tmp_path}/log.db", str(tmp_path / "state"))
+    with pytest.raises(InvalidInput) as refused:  # refused before any broker is asked
+        prepare("kafka://127.0.0.1:1", str(tmp_path / "state"))
+    message = str(refused.value)
+    assert "not made by `effectlog demo` on a kafka log" in message
+    assert "--log kafka://" in message and "sqlite:" not in message
+    assert (sqlite_paths.work_dir / "MADE-BY-EFFECTLOG-DEMO").exists()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "state").mkdir()
+    with pytest.raises(InvalidInput, match="--log sqlite:///"):
+        prepare(f"sqlite:///{tmp_path}/other/log.db", str(tmp_path / "other" / "state"))
+
+
+def test_demo_on_a_kafka_log_defaults_to_its_own_state_and_leaves_the_sqlite_demo_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from effectlog.cli.demo.run import prepare
+
+    monkeypatch.chdir(tmp_path)  # the relative demo URL below resolves in here
+    prepare("sqlite:///.effectlog/demo/log.db", str(tmp_path / ".effectlog/demo/state"))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    port = _closed_port()
+    done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log",
+                           f"kafka://127.0.0.1:{port}", "--timeout", "1", "demo"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4 and f"127.0.0.1:{port}" in done.stderr  # no broker there
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    from effectlog.cli.demo_command import DEMO_STATE
+
+    assert DEMO_STATE["kafka"] != DEMO_STATE["sqlite"]
+    assert not DEMO_STATE["kafka"].startswith(DEMO_STATE["sqlite"].rsplit("/", 1)[0] + "/")
+
+
+def _closed_port() -> int:
+    from tests.kafka_broker import free_port
+
+    return free_port()  # bound, then closed: nothing listens there
+
+
+@pytest.mark.kafka
+def test_kafka_demo_keeps_its_state_apart_from_the_sqlite_demo(kafka_bootstrap: str,
+                                                               tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "effectlog.cli.main", *args, "demo",
+                               "--operations", "4", "--workers", "2", "--crash-rate", "0",
+                               "--json"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=200)
+
+    sqlite_run = run()
+    assert sqlite_run.returncode == 0, sqlite_run.stderr[-3000:]
+    sqlite_files = {p: p.stat().st_mtime_ns for p in (tmp_path / ".effectlog/demo").rglob("*")
+                    if p.is_file()}
+    kafka_run = run("--log", f"kafka://{kafka_bootstrap}")
+    assert kafka_run.returncode == 0, kafka_run.stderr[-3000:]
+    assert json.loads(kafka_run.stdout)["state"] == str(tmp_path / ".effectlog/demo-kafka/state")
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".effectlog/demo").rglob("*")
+            if p.is_file()} == sqlite_files

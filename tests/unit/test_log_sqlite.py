@@ -53,11 +53,17 @@ def test_relative_and_absolute_urls() -> None:
         path_from_url("sqlite://")
 
 
-def test_unopenable_file_is_backend_unavailable(tmp_path: Path) -> None:
+def test_a_path_through_a_file_is_bad_input(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(BackendUnavailable):
+    with pytest.raises(InvalidInput, match="Not a directory"):
         open_log(f"sqlite:///{blocker}/log.db")
+
+
+def test_an_unreadable_file_is_backend_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "log.db").write_bytes(b"\x00" * 4096)
+    with pytest.raises(BackendUnavailable):
+        open_log(f"sqlite:///{tmp_path}/log.db")
 
 
 def test_log_directory_is_private(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ def test_get_of_an_unknown_key_exits_1(projected: Path, tmp_path: Path) -> None:
     done = run(projected, "get", "agent:nope:email.send:x", "--json")
     assert done.returncode == 1 and "no effect with key" in done.stderr
     empty = run(tmp_path / "elsewhere", "get", KEY)
-    assert empty.returncode == 1 and "run `effectlog project`" in empty.stderr
+    assert empty.returncode == 2 and "run `effectlog project`" in empty.stderr
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_get_json_imports_neither_fastavro_nor_rich(projected: Path) -> None:
@@ -118,13 +119,15 @@ def test_stats_reports_states_rejections_and_lag(projected: Path) -> None:
     log = open_log(f"sqlite:///{projected}/log.db")
     extra = new_effect("late", "email.send", "mailto:l@x", {}, "w1")
     log.append(EVENTS, extra.idempotency_key, event_codec().encode(extra.to_record()))
-    done = run(projected, "stats", "--json")
+    done = run(projected, "stats", "--json", "--no-catch-up")
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
     assert stats["states"]["SUCCEEDED"] == 30 and stats["states"]["RESERVED"] == 3
     assert stats["rejected"]["stale_epoch"] == 3 and stats["rejected"]["undecodable"] == 3
-    assert stats["lag"] == {"0": 1}
+    assert stats["lag"] == {"0": 1} and stats["states"]["CREATED"] == 0
     assert stats["end_offsets"]["0"] == stats["next_offsets"]["0"] + 1
+    caught_up = json.loads(run(projected, "stats", "--json").stdout)
+    assert caught_up["lag"] == {"0": 0} and caught_up["states"]["CREATED"] == 1
     human = run(projected, "stats")
     assert human.returncode == 0 and "stale_epoch" in human.stdout
 

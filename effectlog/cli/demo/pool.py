@@ -67,9 +67,11 @@ class WorkerPool:
 
     def __init__(self, jobs: Sequence[Job], size: int, command: Callable[[str], list[str]],
                  stderr: IO[bytes], on_progress: ProgressFn | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 on_reply: Callable[[Job, dict[str, Any]], None] | None = None) -> None:
         self.jobs = jobs
         self.env = env
+        self.on_reply = on_reply
         self.size = size
         self.command = command
         self.stderr = stderr
@@ -145,6 +147,8 @@ class WorkerPool:
         index, delivery = slot.holding
         slot.holding = None
         self._failures_in_a_row = 0
+        if self.on_reply is not None:
+            self.on_reply(self.jobs[index], reply)
         self.stats.statuses[str(reply.get("status"))] += 1
         self.stats.stale_rejected += int(bool(reply.get("stale")))
         self.stats.provider_refused += int(bool(reply.get("provider_refused")))

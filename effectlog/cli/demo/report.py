@@ -137,12 +137,17 @@ def _cell(value: int | float | None, style: str | None) -> str:
 
 def print_table(console: Console, effectlog: RunFigures, naive: RunFigures,
                 awaiting: list[str], cli: str) -> None:
-    """The table, then how to decide on the effects awaiting approval (``cli`` is the
-    ``effectlog --log .. --state ..`` prefix of this run)."""
+    """The table, then the command that decides on each effect awaiting approval (``cli``
+    is the ``effectlog --log .. --state ..`` prefix of this run)."""
+    import shlex
+
     console.print(table(effectlog, naive))
-    if awaiting:
-        console.print(f"{len(awaiting)} effect(s) await a decision: the provider's lookup never "
-                      "answered, so effectlog cannot tell whether they happened. Check, then:\n"
-                      f"  {cli} approve '{awaiting[0]}' --decision abandon --by YOU --reason WHY\n"
-                      "  (or --decision retry: re-dispatch with the same key)",
-                      highlight=False, soft_wrap=True)
+    if not awaiting:
+        return
+    console.print(f"{len(awaiting)} effect(s) await a decision: the provider's lookup never "
+                  "answered, so effectlog cannot tell whether they happened. Check each, "
+                  "then abandon it (or --decision retry: re-dispatch with the same key):",
+                  highlight=False)
+    for key in awaiting:
+        console.print(f"  {cli} approve {shlex.quote(key)} --decision abandon --by YOU "
+                      "--reason WHY", highlight=False, soft_wrap=True)

@@ -65,7 +65,8 @@ class DemoPaths:
 
 
 def prepare(log_url: str, state_dir: str) -> tuple[DemoPaths, list[Path]]:
-    """Resolve the demo's locations and clear an earlier demo run's files (only those).
+    """Resolve the demo's locations and clear an earlier demo run's files (only those, and
+    only of a run on the same kind of log).
 
     On Kafka the run gets fresh topics (``<prefix>-demo-<time>``). Returns the paths and
     what was removed. Raises :class:`InvalidInput` rather than delete anything else.
@@ -73,26 +74,45 @@ def prepare(log_url: str, state_dir: str) -> tuple[DemoPaths, list[Path]]:
     log_file: Path | None = None
     if log_url.startswith("sqlite:"):
         log_file = path_from_url(log_url).absolute()
-        log_url = f"sqlite:///{log_file}"
+        log_url, scheme = f"sqlite:///{log_file}", "sqlite"
     elif log_url.startswith("kafka"):
-        log_url = _fresh_kafka_prefix(log_url)
+        scheme = "kafka"
     else:
         raise InvalidInput("the demo runs on sqlite:///path or kafka://host:port logs")
     paths = DemoPaths(log_url, Path(state_dir).absolute(), log_file)
     existing = paths.owned()
-    if existing and not (paths.work_dir / MARKER).exists():
-        raise InvalidInput(f"{existing[0]} exists and was not made by `effectlog demo`: refusing "
-                           "to delete it; give the demo its own --log and --state, e.g. --log "
-                           "sqlite:///.effectlog/demo/log.db --state .effectlog/demo/state")
+    if existing and _made_by(paths) not in (scheme, _LEGACY):
+        raise InvalidInput(f"{existing[0]} exists and was not made by `effectlog demo` on a "
+                           f"{scheme} log: refusing to delete it; give the demo its own "
+                           f"{_OWN_LOCATIONS[scheme]}")
+    if scheme == "kafka":  # before deleting anything: a broker that is down fails here
+        paths = DemoPaths(_fresh_kafka_prefix(log_url), paths.state_dir, None)
     for path in existing:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
     paths.work_dir.mkdir(parents=True, mode=0o700)
-    (paths.work_dir / MARKER).write_text("files of the last `effectlog demo` run; the next run "
-                                         "deletes them\n")
+    (paths.work_dir / MARKER).write_text(f"{scheme}\nfiles of the last `effectlog demo` run on a "
+                                         f"{scheme} log; the next such run deletes them\n")
     return paths, existing
+
+
+_LEGACY = "legacy"  # a marker from before markers named the kind of log
+_OWN_LOCATIONS = {
+    "sqlite": "--log and --state, e.g. --log sqlite:///.effectlog/demo/log.db "
+              "--state .effectlog/demo/state",
+    "kafka": "--state, e.g. --log kafka://localhost:9092 --state .effectlog/demo-kafka/state",
+}
+
+
+def _made_by(paths: DemoPaths) -> str | None:
+    """The kind of log whose demo run made the files at ``paths``; None if no demo did."""
+    try:
+        first = (paths.work_dir / MARKER).read_text().split("\n", 1)[0]
+    except OSError:
+        return None
+    return first if first in _OWN_LOCATIONS else _LEGACY
 
 
 def _fresh_kafka_prefix(url: str) -> str:

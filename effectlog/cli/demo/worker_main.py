@@ -32,6 +32,16 @@ class CrashingWorker(Worker):
 
     crash_at: str | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Event ids of this delivery's appends that returned: durable, as the API promises.
+        self.acknowledged: list[str] = []
+
+    def write(self, *events: EffectEvent) -> EffectEvent:
+        last = super().write(*events)
+        self.acknowledged.extend(event.event_id for event in events)
+        return last
+
     def crash_if(self, point: str) -> None:
         if point == self.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -44,7 +54,15 @@ class CrashingWorker(Worker):
 
 
 def run_job(worker: CrashingWorker, provider: Provider, job: dict[str, Any]) -> dict[str, Any]:
-    """Perform one delivery of a job; the reply for the queue."""
+    """Perform one delivery of a job; the reply for the queue (with the event ids the
+    delivery appended durably, under ``events``)."""
+    worker.acknowledged = []
+    reply = _run_job(worker, provider, job)
+    reply["events"] = worker.acknowledged
+    return reply
+
+
+def _run_job(worker: CrashingWorker, provider: Provider, job: dict[str, Any]) -> dict[str, Any]:
     worker.crash_at = job.get("crash")
     worker.crash_if("before_dispatch")  # the job was delivered; nothing is written yet
 

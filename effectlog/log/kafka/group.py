@@ -26,8 +26,8 @@ from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaExcep
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 
-from effectlog.errors import BackendUnavailable
-from effectlog.log.base import COMMANDS, EVENTS, Record
+from effectlog.errors import BackendUnavailable, WrongLog
+from effectlog.log.base import COMMANDS, EVENTS, EventLog, Record
 from effectlog.log.kafka.producer import error_text
 from effectlog.log.kafka.settings import KafkaSettings
 from effectlog.log.source import AssignmentListener, Fetched, RecordSource
@@ -297,6 +297,16 @@ class GroupCommandOffsets:
 
     def __init__(self, source: GroupSource) -> None:
         self.source = source
+
+    def bind(self, log: EventLog) -> None:
+        """Refuse committed offsets past the commands topic's end (it was replaced)."""
+        ends = log.end_offsets(COMMANDS)
+        for partition, offset in sorted(self.source.command_offsets().items()):
+            if offset > ends.get(partition, 0):
+                raise WrongLog(f"{log.url} ends at offset {ends.get(partition, 0)} of commands "
+                               f"partition {partition}, but group {self.source.group.group} "
+                               f"has consumed it up to offset {offset}: the topic was replaced; "
+                               f"{WrongLog.HINT}")
 
     def get(self, topic: str) -> dict[int, int]:
         if topic != COMMANDS:
