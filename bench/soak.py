@@ -17,6 +17,7 @@ Checked at the end, from sources independent of effectlog's own bookkeeping:
 - the final projection, killed and resumed many times, digests equal to a clean rebuild.
 
 Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite] [--seed N] [--dir DIR]
+(without --dir it works in a fresh temporary directory, removed when every check passed)
 
 The last line reads ``soak: OPS operations, KILLS kills, DUP duplicate effects, LOST lost
 acknowledged events; the final projection equals a clean rebuild`` (or ``DIFFERS from``);
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,6 +169,7 @@ def main() -> int:
         print("soak: LOG=kafka needs the Apache Kafka launcher; only LOG=sqlite runs so far",
               file=sys.stderr)
         return 2
+    own_dir = args.dir is None
     work = Path(args.dir or tempfile.mkdtemp(prefix="effectlog-soak-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
     if any(work.iterdir()):
@@ -230,7 +233,10 @@ def main() -> int:
     verdict = "equals" if equal else "DIFFERS from"
     print(f"soak: {args.ops} operations, {kills} kills, {duplicates} duplicate effects, "
           f"{lost} lost acknowledged events; the final projection {verdict} a clean rebuild")
-    return 0 if (duplicates == 0 and lost == 0 and equal and quiet) else 1
+    passed = duplicates == 0 and lost == 0 and equal and quiet
+    if passed and own_dir:
+        shutil.rmtree(work, ignore_errors=True)  # kept when something is wrong, to look at
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from effectlog.provider import (
     ProviderError,
     ProviderFailed,
 )
-from effectlog.view import StateView
+from effectlog.view import LogView, StateView
 from effectlog.worker import Worker, default_worker_id
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,9 @@ class Reconciler:
         self.provider = provider
         self.offsets = offsets
         self.settings = settings or ReconcilerSettings()
-        self.worker = Worker(log, self.settings.worker_id, view=view)
+        # serve hands in its node's view; a one-off `reconcile --once` folds keys from the log
+        self.worker = Worker(log, self.settings.worker_id,
+                             view=view if view is not None else LogView(log))
         self.metrics = metrics
         self._bound = False
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlencode
 
 import urllib3
 
 from effectlog.errors import BackendUnavailable, InvalidInput
+
+if TYPE_CHECKING:
+    from effectlog.log.base import Position
+    from effectlog.model import EffectEvent
 
 
 class KeyState(NamedTuple):
@@ -147,3 +151,37 @@ def _message(body: bytes) -> str | None:
     except ValueError:
         return None
     return str(value["error"]) if isinstance(value, dict) and "error" in value else None
+
+
+class ClusterView:
+    """A worker's :class:`~effectlog.view.StateView` through the projection cluster.
+
+    ``current`` asks with ``fresh=1``: the owner answers once its partition has applied what
+    the log held at the call, so a worker never acts on a snapshot older than the log.
+    ``accepted`` asks with ``min_offset`` of the worker's own append: the owner answers once
+    it applied that offset, and says whether the event there was rejected. No partition is
+    scanned and no RocksDB is needed on the worker's machine; a member that dies mid-call is
+    skipped for the next one, and when none answers the call raises
+    :class:`~effectlog.errors.BackendUnavailable` (never a false answer).
+    """
+
+    def __init__(self, servers: str | Sequence[str] | StateClient, *,
+                 timeout_s: float = 10.0) -> None:
+        self.client = servers if isinstance(servers, StateClient) else StateClient(
+            servers, timeout_s=timeout_s)
+        self.timeout_s = timeout_s
+
+    def current(self, key: str) -> EffectEvent | None:
+        from effectlog.model import EffectEvent
+
+        snapshot = self.client.get(key, fresh=True,
+                                   timeout_ms=int(self.timeout_s * 1000)).snapshot
+        return None if snapshot is None else EffectEvent.from_json(snapshot)
+
+    def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
+        state = self.client.get(event.idempotency_key, min_offset=position.offset,
+                                timeout_ms=max(1, int(timeout * 1000)))
+        return state.rejected is None
+
+    def close(self) -> None:
+        self.client.close()

@@ -188,6 +188,21 @@ class EffectEvent:
             event_id=rec.get("event_id") or f"v1:{rec['idempotency_key']}:{_ms(rec['occurred_at'])}",
         )
 
+    @classmethod
+    def from_json(cls, view: dict[str, Any]) -> EffectEvent:
+        """Build from :meth:`to_json`'s shape (what ``get --json`` and the query API show);
+        the payload is re-encoded canonically (its hash is in ``payload_hash``)."""
+        rec = dict(view)
+        payload = rec.get("payload")
+        rec["payload"] = None if payload is None else json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        outcome = rec.get("outcome")
+        if outcome is not None:
+            rec["outcome"] = {"status": outcome["status"], "source": outcome.get("source", "worker"),
+                              "result_json": json.dumps(outcome.get("result"), sort_keys=True,
+                                                        separators=(",", ":"))}
+        return cls.from_record(rec)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-friendly view (payload bytes shown as text when they are UTF-8 JSON)."""
         out = self.to_record()

@@ -17,7 +17,7 @@ from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog, Position
 from effectlog.machine import fold
 from effectlog.model import EffectEvent, State, now_ms
-from effectlog.view import decode_events
+from effectlog.view import LogView, decode_events
 from effectlog.worker import Worker
 from projections.store import ProjectionReader, Rejection
 
@@ -95,7 +95,7 @@ class Harness:
         self.tmp = tmp_path
         self.log: EventLog = open_log(log_url)
         self.projection = projection  # True: recovery reads the real RocksDB projection
-        self.worker = Worker(self.log, "crashed-worker")
+        self.worker = Worker(self.log, "crashed-worker", view=LogView(self.log))
         self.provider = FakeProvider(tmp_path / "provider.db", lookup_complete=lookup_complete)
         self.policy = policy or ApprovalPolicy()
         self.offset_ms = 0

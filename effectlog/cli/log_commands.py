@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import click
@@ -76,8 +78,11 @@ def _check_payload(worker: Any, key: str, payload: Any) -> None:
 @click.command()
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read back each event to confirm it won under the log order.")
+@click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
+              help="Read key states through these serve instances (comma-separated; env "
+                   "EFFECTLOG_SERVER). Without it a Kafka log is read directly, a batch at a time.")
 @click.pass_obj
-def append(obj: CliContext, verify: bool) -> None:
+def append(obj: CliContext, verify: bool, server: str | None) -> None:
     """Append transitions given as JSON lines on stdin; print one JSON line per event.
 
     \b
@@ -96,47 +101,100 @@ def append(obj: CliContext, verify: bool) -> None:
       await_approval  with error: park the effect for a person's decision
     The others take fencing_epoch from the key's current state when it is omitted.
 
-    Stops at the first line that fails; lines before it stay appended. Exit codes:
-    2 bad input, 3 conflict (payload mismatch, fenced, illegal transition), 4 log down.
+    Stops at the first line that fails; lines before it stay appended. On Kafka lines are
+    taken in batches (one read of the keys' states and one pipelined append per batch).
+    Exit codes: 2 bad input, 3 conflict (payload mismatch, fenced, illegal transition),
+    4 log down.
     """
     from effectlog.log.base import EventLog
-    from effectlog.worker import Worker
 
     log: EventLog | None = None
-    workers: dict[str, Worker] = {}
     try:
-        for number, data in enumerate(sys.stdin.buffer, start=1):
-            try:
-                raw = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidInput(f"line {number}: not UTF-8 (byte {exc.start + 1})") from None
-            if not raw.strip():
-                continue
-            request = _parse_line(number, raw)
+        for number, request in _requests():
             if log is None:  # only a create may make a new log (where no state claims one)
                 log = obj.open_log(create=request["transition"].strip().lower() == "create")
                 log.verify()
-            worker = workers.setdefault(request["worker_id"],
-                                        Worker(log, request["worker_id"], verify=verify))
-            worker.last_position = None
-            try:
-                event = _apply(worker, request, number)
-            except EffectlogError as exc:
-                exc.args = (f"line {number}: {exc}",)
-                raise
-            position = worker.last_position
-            emit_json({
-                "idempotency_key": event.idempotency_key, "transition": event.transition.value,
-                "state": event.state.value, "fencing_epoch": event.fencing_epoch,
-                "event_id": event.event_id, "existing": position is None,
-                "position": None if position is None else {
-                    "topic": position.topic, "partition": position.partition,
-                    "offset": position.offset},
-            })
-            sys.stdout.flush()
+                lines = itertools.chain([(number, request)], _requests(after=number))
+                if log.indexed_keys and server is None:
+                    _append_line_by_line(log, lines, verify)
+                else:
+                    _append_in_batches(log, lines, verify, server)
+                break
     finally:
         if log is not None:
             log.close()
+
+
+def _requests(after: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, parsed request) for each non-blank line of stdin."""
+    for number, data in enumerate(sys.stdin.buffer, start=after + 1):
+        try:
+            raw = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"line {number}: not UTF-8 (byte {exc.start + 1})") from None
+        if raw.strip():
+            yield number, _parse_line(number, raw)
+
+
+def _emit(event: EffectEvent, position: Any) -> None:
+    emit_json({
+        "idempotency_key": event.idempotency_key, "transition": event.transition.value,
+        "state": event.state.value, "fencing_epoch": event.fencing_epoch,
+        "event_id": event.event_id, "existing": position is None,
+        "position": None if position is None else {
+            "topic": position.topic, "partition": position.partition,
+            "offset": position.offset},
+    })
+
+
+def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]],
+                         verify: bool) -> None:
+    from effectlog.worker import Worker
+
+    workers: dict[str, Worker] = {}
+    for number, request in lines:
+        worker = workers.setdefault(request["worker_id"],
+                                    Worker(log, request["worker_id"], verify=verify))
+        worker.last_position = None
+        try:
+            event = _apply(worker, request, number)
+        except EffectlogError as exc:
+            exc.args = (f"line {number}: {exc}",)
+            raise
+        _emit(event, worker.last_position)
+        sys.stdout.flush()
+
+
+def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], verify: bool,
+                       server: str | None) -> None:
+    from effectlog.cli.append_batch import BATCH_LINES, run_batch
+
+    view = None
+    if server is not None:
+        from effectlog.client import ClusterView
+
+        view = ClusterView(server)
+    batch: list[tuple[int, dict[str, Any]]] = []
+    try:
+        source = iter(lines)
+        while True:
+            try:
+                item = next(source)
+            except StopIteration:
+                break
+            except EffectlogError:
+                run_batch(log, batch, view, _apply, verify, _emit)  # the lines before it
+                raise
+            batch.append(item)
+            if len(batch) >= BATCH_LINES:
+                run_batch(log, batch, view, _apply, verify, _emit)
+                sys.stdout.flush()
+                batch = []
+        if batch:
+            run_batch(log, batch, view, _apply, verify, _emit)
+    finally:
+        if view is not None:
+            view.close()
 
 
 @click.command()

@@ -233,14 +233,15 @@ def collect_stats(obj: CliContext, catch_up: bool = True) -> dict[str, Any]:
     from effectlog.redact import redact_url
     from effectlog.stats import stats_figures
 
-    reader = _fresh_reader(obj, ("offsets", "metadata"), catch_up)
-    try:
-        counts = reader.counts()
-        nexts = reader.next_offsets()
-    finally:
-        reader.close()
     log = obj.open_log()
     try:
+        log.end_offsets(EVENTS)  # first: an unreachable log is named within --timeout
+        reader = _fresh_reader(obj, ("offsets", "metadata"), catch_up)
+        try:
+            counts = reader.counts()
+            nexts = reader.next_offsets()
+        finally:
+            reader.close()
         ends = log.end_offsets(EVENTS)
         log_url = log.url  # as resolved: a relative sqlite path shows absolute
     finally:

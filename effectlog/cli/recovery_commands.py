@@ -92,16 +92,19 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
     """Find stuck effects in the projection and emit reconciliation commands."""
     from consumers.bookkeeping import CommandLedger, consumer_db_path
     from consumers.recovery import RecoveryConsumer
+    from effectlog.log.base import COMMANDS
     from projections import open_reader
 
     settings = recovery_settings(stuck_after, command_timeout, kind_deadlines)
+    log = obj.open_log()
+    log.verify()
+    log.end_offsets(COMMANDS)  # an unreachable log is named first, within --timeout
     reader = open_reader(obj.state_dir)
     if not reader.exists:
         reader.close()
+        log.close()
         fail(f"no projection under {Path(obj.state_dir).absolute()}: run `effectlog project` "
              "(or `effectlog serve`) first", EXIT_UNAVAILABLE)
-    log = obj.open_log()
-    log.verify()
     ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
     consumer = RecoveryConsumer(log, reader, ledger, settings)
     try:

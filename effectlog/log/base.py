@@ -58,6 +58,10 @@ class EventLog(ABC):
     #: True when old records of a key may be compacted away (a key's first surviving record
     #: need not be its CREATE).
     compacted: bool = False
+    #: True when reading one key's records is an index lookup (SQLite, memory), so a writer
+    #: may fold a key from the log itself; False where it scans a partition (Kafka), where
+    #: writers read state through the projection cluster instead.
+    indexed_keys: bool = True
 
     @abstractmethod
     def partitions(self, topic: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -30,6 +30,7 @@ from effectlog.worker.core import (
     default_worker_id,
 )
 from effectlog.worker.sync import answer_log
+from effectlog.worker.views import default_view
 
 R = TypeVar("R")
 T = Transition
@@ -48,10 +49,13 @@ class AsyncWorker(WorkerBase):
     """
 
     def __init__(self, log: EventLog, worker_id: str | None = None, *,
-                 view: StateView | AsyncStateView | None = None, verify: bool = True,
+                 view: StateView | AsyncStateView | None = None,
+                 server: str | Sequence[str] | None = None, verify: bool = True,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  accept_timeout_s: float = 10.0, threads: int | None = None) -> None:
         self.log = log
+        if view is None:
+            view = default_view(log, server)  # on Kafka: the cluster's query API
         self._pool = ThreadPoolExecutor(max_workers=threads or log.concurrent_appends,
                                         thread_name_prefix="effectlog-aio")
         self._log_view = LogView(log)

@@ -152,8 +152,15 @@ class WorkerCore:
     # -- reads ---------------------------------------------------------------------------
 
     def load(self, key: str, fresh: bool = False) -> Steps[EffectEvent | None]:
-        """Current snapshot of ``key``; in atomic mode also remembers the offset it is at."""
+        """Current snapshot of ``key``; in atomic mode also remembers the offset it is at.
+
+        Otherwise a key whose last event this worker wrote and saw accepted is not read
+        again (unless ``fresh``): a writer that got in between makes the next event lose
+        under the log order, which the acceptance check reports as :class:`Fenced`.
+        """
         if not self.atomic:
+            if not fresh and key in self.known:
+                return self.known[key][0]
             return (yield from ask(Current(key)))
         if fresh or key not in self.known:
             self.remember(key, *(yield from ask(CurrentAt(key))))
@@ -275,10 +282,13 @@ class WorkerCore:
         last = events[-1]
         if self.verify and not (yield from ask(Accepted(last, positions[-1],
                                                         self.accept_timeout_s))):
+            self.known.pop(key, None)
             winner = yield from ask(Current(key))
             owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
             raise Fenced(f"{last.transition.value} on {key} lost to a concurrent writer{owner}",
                          "lost_race")
+        if self.verify:
+            self.remember(key, last, positions[-1].offset)
         self._accepted(events, positions)
         return last
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
@@ -23,6 +24,7 @@ from effectlog.worker.core import (
     WorkerCore,
     default_worker_id,
 )
+from effectlog.worker.views import default_view
 
 R = TypeVar("R")
 T = Transition
@@ -61,16 +63,20 @@ def drive(steps: Steps[R], answer: Callable[[Request[Any]], Any]) -> R:
 class Worker(WorkerBase):
     """Writes effect transitions for one worker identity, blocking the calling thread.
 
-    ``view`` supplies current state and read-your-writes (default: fold the key's events
-    from the log, right for SQLite and memory; use the projection's view on Kafka).
+    ``view`` supplies current state and read-your-writes. By default a worker folds keys
+    from the log itself on SQLite and memory, and on Kafka reads through the projection
+    cluster's query API (``server``, a URL or several, else ``$EFFECTLOG_SERVER``; see
+    :func:`effectlog.worker.views.default_view`).
     """
 
     def __init__(self, log: EventLog, worker_id: str | None = None, *,
-                 view: StateView | None = None, verify: bool = True,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 view: StateView | None = None, server: str | Sequence[str] | None = None,
+                 verify: bool = True, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  accept_timeout_s: float = 10.0) -> None:
         self.log = log
         self._log_view = LogView(log)
+        if view is None:
+            view = default_view(log, server)
         self.view: StateView = self._log_view if view is None else view
         self._core = WorkerCore(worker_id or default_worker_id(),
                                 atomic=view is None and log.conditional, verify=verify,
@@ -188,7 +194,13 @@ class Worker(WorkerBase):
             return self.view.current(request.key)
         if isinstance(request, Accepted):
             return self.view.accepted(request.event, request.position, request.timeout)
-        return answer_log(self.log, self._log_view, request)
+        try:
+            return answer_log(self.log, self._log_view, request)
+        except BackendUnavailable:
+            # An append that timed out may still have been written: nothing this worker
+            # remembers of the key is trusted again; the next call reads it afresh.
+            self._core.known.pop(getattr(request, "key", ""), None)
+            raise
 
 
 class EffectCall(CallBase):

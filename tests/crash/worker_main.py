@@ -27,6 +27,7 @@ from effectlog.errors import BackendUnavailable, Conflict
 from effectlog.log import open_log
 from effectlog.model import EffectEvent, State
 from effectlog.provider import Provider, ProviderError, ProviderFailed
+from effectlog.view import LogView
 from effectlog.worker import EffectCall, EffectInDoubt, Worker
 
 POINTS = ("after_create", "after_reserve", "after_dispatch", "after_provider_call",
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         say(event="done", status="unavailable", errors=chain(exc))
         return 4
-    worker = PausingWorker(log, args.worker_id)
+    worker = PausingWorker(log, args.worker_id, view=LogView(log))  # folds keys from the log
     worker.pause_at = args.pause_at
     try:
         return run(worker, provider, args)

@@ -1,27 +1,38 @@
-"""AsyncWorker and @effectlog.effect on a real Kafka-protocol broker (no compare-and-append:
-every write is read back through the state view, here off the event loop)."""
+"""AsyncWorker and @effectlog.effect on Apache Kafka (no compare-and-append: every write is
+read back through the projection cluster's query API, here off the event loop)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import effectlog
+from consumers.providers.fake import FakeProvider
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.model import State
 from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt
+from tests.cluster_support import Serve, wait_until
 
 pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def log(kafka_url: str) -> Iterator[EventLog]:
+def log(kafka_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EventLog]:
+    provider = tmp_path / "provider.db"
+    FakeProvider(provider).close()
+    node = Serve(tmp_path, "s0", kafka_url, provider)
     log = open_log(kafka_url)
-    yield log
-    log.close()
+    try:
+        wait_until(lambda: len(node.serving()) == 6, 60, "serve owns every partition")
+        monkeypatch.setenv("EFFECTLOG_SERVER", node.url)  # where workers read state
+        yield log
+    finally:
+        log.close()
+        node.stop()
 
 
 def test_concurrent_effects_replays_and_doubt_on_kafka(log: EventLog) -> None:

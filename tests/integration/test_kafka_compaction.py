@@ -19,8 +19,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from effectlog.keys import make_key
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.log.kafka import KafkaSettings, create_topics
+from effectlog.view import LogView
 from effectlog.worker import Worker
 from projections.projector import project
 from projections.rebuild import rebuild
@@ -62,6 +64,17 @@ def many_transitions(worker: Worker, n: int) -> list[str]:
     return keys
 
 
+def sealers(log: EventLog) -> list[str]:
+    """One operation id whose key lands on each partition."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < log.partitions(EVENTS):
+        op = f"seal-{n}-{uuid.uuid4().hex[:6]}"
+        found.setdefault(log.partition_for(EVENTS, make_key(op, "noop", "seal")), op)
+        n += 1
+    return list(found.values())
+
+
 def records_on(log: EventLog) -> int:
     return sum(1 for p in range(log.partitions(EVENTS)) for _ in log.scan(EVENTS, p))
 
@@ -85,16 +98,16 @@ def test_rebuild_from_the_compacted_topic_gives_the_same_current_states(
     create_topics(settings)
     log = open_log(url)
     try:
-        worker = Worker(log, "w1")
+        worker = Worker(log, "w1", view=LogView(log))
         keys = many_transitions(worker, KEYS)
         state = tmp_path / "state"
         project(log, state)  # the projection built before compaction
         before = projection_digest(state, families=("state", "index"))
         compact_fast(settings)  # the reconciliation window has passed, say
         time.sleep(0.3)  # past segment.ms: the next record rolls the segment ...
-        sealer = Worker(log, "w2")
-        for p in range(3):  # ... so seal every partition's segment with one record
-            sealer.create(f"seal-{p}-{uuid.uuid4().hex[:6]}", "noop", f"seal:{p}", {})
+        sealer = Worker(log, "w2", view=LogView(log))
+        for op in sealers(log):  # ... so seal every partition's segment with one record
+            sealer.create(op, "noop", "seal", {})
         written = KEYS * 8 + 3
         left = wait_until_compacted(log, written)
         assert left < written

@@ -79,6 +79,7 @@ def test_stats_shows_lag_per_partition(log: EventLog, kafka_url: str, tmp_path: 
 
 
 def test_stats_exits_4_when_kafka_is_unreachable(tmp_path: Path) -> None:
+    project(open_log("memory://"), tmp_path / "s")  # a projection exists (else: exit 2)
     done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log",
                            "kafka://127.0.0.1:1?timeout_s=1", "--state", str(tmp_path / "s"),
                            "stats"], capture_output=True, text=True, timeout=60)

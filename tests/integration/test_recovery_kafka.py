@@ -19,6 +19,7 @@ from consumers.table import Action
 from effectlog.log import open_log
 from effectlog.model import State
 from effectlog.provider import ProviderTimeout
+from effectlog.view import LogView
 from effectlog.worker import Worker
 from tests.kafka_broker import free_port
 from tests.recovery_support import Harness, stop_serve, stuck
@@ -70,7 +71,7 @@ def test_dispatched_not_found_with_incomplete_lookup_becomes_unknown_on_kafka(
 
 def test_serve_settles_a_crashed_workers_effect_on_kafka(kafka_url: str, tmp_path: Path) -> None:
     log = open_log(kafka_url)
-    key = stuck(Worker(log, "crashed"), "k-serve", State.RESERVED)
+    key = stuck(Worker(log, "crashed", view=LogView(log)), "k-serve", State.RESERVED)
     proc = subprocess.Popen(
         [sys.executable, "-m", "effectlog.cli.main", "--log", kafka_url, "--state",
          str(tmp_path / "state"), "serve", "--metrics-port", str(free_port()), "--stuck-after",
@@ -78,7 +79,7 @@ def test_serve_settles_a_crashed_workers_effect_on_kafka(kafka_url: str, tmp_pat
         stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.err").open("w"))
     try:
         deadline = time.monotonic() + 90
-        while Worker(log, "probe").get(key).state is not State.SUCCEEDED:  # type: ignore[union-attr]
+        while Worker(log, "probe", view=LogView(log)).get(key).state is not State.SUCCEEDED:  # type: ignore[union-attr]
             assert time.monotonic() < deadline and proc.poll() is None, "not settled in time"
             time.sleep(1)
     finally:

@@ -58,7 +58,10 @@ def test_replay_covers_every_partition_in_per_key_order(log: EventLog) -> None:
     seen: list[int] = []
     run = Replay(log, progress=seen.append)
     items = list(run)
-    assert sum(seen) == run.total() == len(items) == 12 * 4 + 1
+    assert len(items) == 12 * 4 + 1
+    # progress counts offsets: the records plus the commit markers of multi-event appends
+    # (each a Kafka transaction), so it ends exactly at the total, above the record count
+    assert sum(seen) == run.total() >= len(items)
     assert len({i.record.partition for i in items}) > 1
     per_key: dict[str, list[str]] = {}
     for item in items:

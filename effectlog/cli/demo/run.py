@@ -161,13 +161,18 @@ def _effectlog_run(paths: DemoPaths, settings: DemoSettings, jobs: list[Job],
             provider.inject_lookup_outage(job.lookup_outage, key=job.key)
     spec = paths.provider_spec("provider.db")
 
+    # A live worker must never look stuck: on Kafka each transition waits for the projection.
+    on_kafka = paths.log_file is None
+    stuck_after_s = KAFKA_STUCK_AFTER_S if on_kafka else SQLITE_STUCK_AFTER_S
+    # On Kafka the workers read state through the node's query API, as they would in use.
+    settler = Settler(paths.log_url, paths.state_dir, provider, stuck_after_s=stuck_after_s,
+                      http=on_kafka).start()
+
     def command(name: str) -> list[str]:
         return [sys.executable, "-m", "effectlog.cli.demo.worker_main", "--log", paths.log_url,
-                "--state", str(paths.state_dir), "--provider", spec, "--id", name]
+                "--state", str(paths.state_dir), "--provider", spec, "--id", name,
+                *(["--server", settler.url] if on_kafka else [])]
 
-    # A live worker must never look stuck: on Kafka each transition waits for the projection.
-    stuck_after_s = KAFKA_STUCK_AFTER_S if paths.log_file is None else SQLITE_STUCK_AFTER_S
-    settler = Settler(paths.log_url, paths.state_dir, provider, stuck_after_s=stuck_after_s).start()
     try:
         name = "effectlog workers"
         progress.phase(name, len(jobs))

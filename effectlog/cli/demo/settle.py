@@ -35,7 +35,7 @@ class Settler:
     """Owns the demo's node and the thread that runs its recovery/reconciler passes."""
 
     def __init__(self, log_url: str, state_dir: Path, provider: Provider, *,
-                 stuck_after_s: float = 1.5, poll_s: float = 0.25) -> None:
+                 stuck_after_s: float = 1.5, poll_s: float = 0.25, http: bool = False) -> None:
         self.state_dir = state_dir
         self.poll_s = poll_s
         self.actions: Counter[Action] = Counter()
@@ -44,10 +44,15 @@ class Settler:
                                     command_timeout_s=2 * stuck_after_s,
                                     backoff_base_s=poll_s, backoff_cap_s=4 * poll_s)
         self.node = Node(log_url, NodeSettings(
-            state_dir=state_dir, http_port=None, loops=False, recovery=recovery,
+            state_dir=state_dir, http_port=0 if http else None, loops=False, recovery=recovery,
             reconciler=ReconcilerSettings(worker_id=RECONCILER_ID)), provider)
         self._stop_loop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="demo-recovery", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """Where workers read state through the node's query API (with ``http``)."""
+        return self.node.url
 
     @property
     def reader(self) -> ProjectionReader:

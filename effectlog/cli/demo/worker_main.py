@@ -19,12 +19,14 @@ import sys
 import time
 from typing import Any
 
+from effectlog.codec import event_codec
 from effectlog.errors import BackendUnavailable, Conflict
 from effectlog.log import open_log
 from effectlog.model import EffectEvent, State
 from effectlog.provider import FencedByProvider, Provider, ProviderError, ProviderFailed, ProviderTimeout
 from effectlog.view import StateView
 from effectlog.worker import EffectCall, EffectInDoubt, Worker
+from effectlog.worker.core import Append, AppendAfter, Request
 
 
 class CrashingWorker(Worker):
@@ -34,13 +36,16 @@ class CrashingWorker(Worker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: Event ids of this delivery's appends that returned: durable, as the API promises.
+        #: Event ids of this delivery's appends that returned: durable, as the log promises.
         self.acknowledged: list[str] = []
 
-    def write(self, *events: EffectEvent) -> EffectEvent:
-        last = super().write(*events)
-        self.acknowledged.extend(event.event_id for event in events)
-        return last
+    def _answer(self, request: Request[Any]) -> Any:
+        """The shell's answer to the core, noting the events of every append that returned."""
+        reply = super()._answer(request)
+        if isinstance(request, Append | AppendAfter) and reply is not None:
+            codec = event_codec()
+            self.acknowledged.extend(str(codec.decode(data)["event_id"]) for data in request.data)
+        return reply
 
     def crash_if(self, point: str) -> None:
         if point == self.crash_at:
@@ -103,13 +108,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _view(log_url: str, state_dir: str, log: Any) -> StateView | None:
-    """On Kafka, read state from the projection (the supervisor runs the projector)."""
-    if not log_url.startswith("kafka"):
+def _view(server: str | None) -> StateView | None:
+    """On Kafka, read state through the supervisor's node (its query API)."""
+    if server is None:
         return None
-    from projections.view import ProjectionView
+    from effectlog.client import ClusterView
 
-    return ProjectionView(log, state_dir)
+    return ClusterView(server)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", required=True)
     parser.add_argument("--provider", required=True)
     parser.add_argument("--id", required=True)
+    parser.add_argument("--server", default=None, help="the node's query API (Kafka)")
     args = parser.parse_args(argv)
     from consumers.providers import load_provider
 
     provider = load_provider(args.provider)
     log = open_log(args.log)
-    worker = CrashingWorker(log, args.id, view=_view(args.log, args.state, log))
+    worker = CrashingWorker(log, args.id, view=_view(args.server))
     for line in sys.stdin:
         reply = run_job(worker, provider, json.loads(line))
         sys.stdout.write(json.dumps(reply) + "\n")

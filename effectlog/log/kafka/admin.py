@@ -31,6 +31,27 @@ _BAD_REQUEST = (KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.INVALID_PARTIT
                 KafkaError.TOPIC_EXCEPTION, KafkaError.INVALID_REPLICA_ASSIGNMENT)
 
 
+def topic_id(settings: KafkaSettings, name: str) -> str:
+    """The topic ID Kafka gave ``name`` when it was created (a log's identity)."""
+    from confluent_kafka import TopicCollection
+
+    from effectlog.errors import LogMissing
+
+    admin = AdminClient(_admin_config(settings))
+    try:
+        future = admin.describe_topics(TopicCollection([name]),
+                                       request_timeout=settings.timeout_s)[name]
+        return str(future.result(settings.timeout_s).topic_id)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise LogMissing(f"kafka topic {name} does not exist on {settings.bootstrap}: "
+                             "create it with `effectlog topics create`") from None
+        raise _unavailable(settings, exc) from None
+    finally:
+        admin.poll(0)
+
+
 def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
     """The topic configs effectlog creates ``logical`` (``events``/``commands``) with."""
     if logical == EVENTS:

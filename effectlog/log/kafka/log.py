@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from confluent_kafka import KafkaException
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
-from effectlog.log.base import EventLog, Position, Record
+from effectlog.log.base import EVENTS, EventLog, Position, Record
+from effectlog.log.kafka.admin import topic_id
 from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.producer import AppendProducer, error_text
 from effectlog.log.kafka.reader import PartitionReader
@@ -37,6 +38,7 @@ class KafkaLog(EventLog):
     """
 
     compacted = True  # <prefix>.events is a compacted topic
+    indexed_keys = False  # a key's records are found by scanning its partition
 
     def __init__(self, settings: KafkaSettings, url: str | None = None) -> None:
         self.settings = settings
@@ -47,6 +49,7 @@ class KafkaLog(EventLog):
         self._transactions: TransactionalAppender | None = None
         self._reader = PartitionReader(settings)
         self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
+        self._identity: str | None = None
 
     @classmethod
     def from_url(cls, url: str) -> KafkaLog:
@@ -91,6 +94,13 @@ class KafkaLog(EventLog):
                     return
                 yield record
             offset = records[-1].offset + 1
+
+    def identity(self) -> str:
+        """The topic ID of ``<prefix>.events``: a topic deleted and created again under the
+        same name has another one. Raises :class:`LogMissing` when the topic does not exist."""
+        if self._identity is None:
+            self._identity = topic_id(self.settings, self.settings.topic(EVENTS))
+        return self._identity
 
     def close(self) -> None:
         with self._lock:

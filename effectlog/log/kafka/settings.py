@@ -112,6 +112,9 @@ class KafkaSettings:
             values["config_file"] = config_file
             values["extra"] = _read_properties(config_file)
         settings = cls(**values)
+        from effectlog.log.security import check_client_security
+
+        check_client_security(settings.client_config())  # e.g. SASL without a mechanism
         register_url_secrets(url)
         register_secret(settings.sasl_password)
         register_mapping_secrets(dict(settings.extra))

@@ -1,0 +1,183 @@
+"""``Worker.perform`` on Apache Kafka through a ``serve`` instance, against the floor.
+
+The floor of one perform is what any correct worker must wait for: two sequential acks=all
+produce round trips (the dispatch before the call, the outcome after it) and one end-offsets
+request (to know the key's state is current), made with bare confluent-kafka. effectlog's
+perform reads the key through the query API (``?fresh=1``), appends CREATE+RESERVE+DISPATCH
+as one transaction, learns from the API whether its claim won (``?min_offset=``), calls the
+provider (a no-op here) and appends RECORD. Throughput with 1, 8 and 32 threads sharing one
+log is compared with bare threads producing the same records in the same pattern.
+
+Usage: python bench/kafka_worker.py [--samples N] [--effects N]
+The last line gives perform's p50 as a ratio to the floor, and 32 threads' throughput as a
+ratio to the bare writers, with the absolute figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _common import kafka_bootstrap, percentile
+from confluent_kafka import OFFSET_END, Consumer, Producer
+from confluent_kafka import TopicPartition as TP
+
+from effectlog.log import EVENTS, open_log
+from effectlog.log.kafka import KafkaSettings, create_topics, murmur2_partition
+from effectlog.log.kafka.producer import producer_config
+from effectlog.log.kafka.reader import reader_config
+from effectlog.worker import Worker
+from tests.cluster_support import Serve, wait_until
+
+VALUE = bytes(420)
+
+
+class Bare:
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.producer = Producer(producer_config(settings))
+        self.offsets = Consumer(reader_config(settings))
+        self.name = settings.topic(EVENTS)
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
+
+    def produce(self, key: str, count: int) -> None:
+        done = threading.Semaphore(0)
+        partition = murmur2_partition(key.encode(), self.settings.partitions)
+        for _ in range(count):
+            self.producer.produce(self.name, VALUE, key.encode(), partition=partition,
+                                  on_delivery=lambda err, msg: done.release())
+        for _ in range(count):
+            done.acquire()
+
+    def floor(self, key: str) -> None:
+        partition = murmur2_partition(key.encode(), self.settings.partitions)
+        self.offsets.offsets_for_times([TP(self.name, partition, OFFSET_END)], timeout=10)
+        self.produce(key, 1)
+        self.produce(key, 1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._poller.join()
+        self.producer.flush(10)
+        self.offsets.close()
+
+
+def threaded(threads: int, body: Any) -> float:
+    workers = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - start
+
+
+def bench_append(url: str, bare: Bare, keys: int = 2500) -> tuple[float, float]:
+    """``effectlog append`` of 4 transitions per key (10,000 lines for 2,500 keys) as a user
+    runs it (a process reading stdin), against bare pipelined produces of as many records."""
+    import json
+
+    run = uuid.uuid4().hex[:6]
+    lines = []
+    for k in range(keys):
+        base = {"operation_id": f"ap-{run}-{k}", "kind": "email.send", "target": f"mailto:{k}",
+                "worker_id": "cli"}
+        lines += [json.dumps({**base, "transition": t, **extra}) + "\n" for t, extra in (
+            ("create", {"payload": {"k": k}}), ("reserve", {}), ("dispatch", {}),
+            ("record", {"outcome": {"status": "succeeded", "result": {"k": k}}}))]
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", url, "append"],
+                          input="".join(lines), capture_output=True, text=True, timeout=600)
+    ours = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr
+    start = time.perf_counter()
+    for k in range(keys):
+        bare.producer.produce(bare.name, VALUE, f"bare-ap-{run}-{k}".encode())
+        bare.producer.produce(bare.name, VALUE, f"bare-ap-{run}-{k}".encode())
+        bare.producer.produce(bare.name, VALUE, f"bare-ap-{run}-{k}".encode())
+        bare.producer.produce(bare.name, VALUE, f"bare-ap-{run}-{k}".encode())
+    bare.producer.flush(60)
+    return len(lines) / ours, len(lines) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--effects", type=int, default=1600, help="per thread count")
+    args = parser.parse_args()
+    with kafka_bootstrap() as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        if bootstrap is None:
+            raise SystemExit("no Kafka broker")
+        url = f"kafka://{bootstrap}?prefix=kw{uuid.uuid4().hex[:8]}"
+        settings = KafkaSettings.from_url(url)
+        create_topics(settings)
+        provider = Path(tmp) / "provider.db"
+        node = Serve(Path(tmp), "bench", url, provider)
+        log = open_log(url)
+        bare = Bare(settings)
+        try:
+            wait_until(lambda: len(node.serving()) == settings.partitions, 90, "serve is up")
+            run = uuid.uuid4().hex[:6]
+            worker = Worker(log, "bench", server=node.url)
+            n = args.samples
+            floor, ours = [], []
+            for i in range(n + 20):
+                key = f"agent:floor-{run}-{i}:k:t"
+                t0 = time.perf_counter()
+                bare.floor(key)
+                t1 = time.perf_counter()
+                worker.perform(f"one-{run}-{i}", "email.send", f"mailto:u{i}", {"i": i},
+                               lambda call: None)
+                t2 = time.perf_counter()
+                if i >= 20:
+                    floor.append((t1 - t0) * 1000)
+                    ours.append((t2 - t1) * 1000)
+            rows = []
+            for threads in (1, 8, 32):
+                per = max(1, args.effects // threads)
+                workers = [Worker(log, f"bench-{threads}-{t}", server=node.url)
+                           for t in range(threads)]
+                ours_s = threaded(threads, lambda t, per=per, ws=workers, th=threads: [
+                    ws[t].perform(f"t{th}-{run}-{t}-{i}", "email.send", f"mailto:{t}-{i}",
+                                  {"i": i}, lambda call: None) for i in range(per)])
+                bare_s = threaded(threads, lambda t, per=per, th=threads: [
+                    (bare.produce(f"agent:bare{th}-{run}-{t}-{i}:k:t", 3),
+                     bare.produce(f"agent:bare{th}-{run}-{t}-{i}:k:t", 1)) for i in range(per)])
+                rows.append((threads, per * threads / ours_s, per * threads / bare_s))
+            appended, bare_appended = bench_append(url, bare)
+        finally:
+            bare.close()
+            log.close()
+            node.stop()
+    p50, floor50 = percentile(ours, 50), percentile(floor, 50)
+    print(f"floor (2 produce round trips + 1 ListOffsets, bare): p50 {floor50:.2f} ms, "
+          f"p99 {percentile(floor, 99):.2f} ms")
+    print(f"Worker.perform through serve (1 thread):              p50 {p50:.2f} ms, "
+          f"p99 {percentile(ours, 99):.2f} ms ({p50 / floor50:.2f}x the floor; target <= 2.5x)")
+    for threads, effects_s, bare_s in rows:
+        print(f"{threads:2d} threads: effectlog {effects_s:7.0f} effects/s, bare writers of the same "
+              f"records {bare_s:7.0f}/s ({effects_s / bare_s:.2f}x)")
+    print(f"effectlog append, 10,000 lines over 2,500 keys: {appended:.0f} lines/s (target >= 1,000; "
+          f"bare pipelined produce of as many records {bare_appended:.0f}/s, "
+          f"{appended / bare_appended:.2f}x)")
+    t32 = rows[-1]
+    print(f"kafka_worker: perform p50 {p50 / floor50:.2f}x floor ({p50:.2f} vs {floor50:.2f} ms); "
+          f"32 threads {t32[1] / t32[2]:.2f}x bare ({t32[1]:.0f} vs {t32[2]:.0f} effects/s)")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main()
