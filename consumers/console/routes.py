@@ -125,7 +125,8 @@ class _Console:
         return guarded
 
     async def _render(self, request: web.Request, template: str, status: int = 200,
-                      stats: Answer | None = None, **context: Any) -> web.Response:
+                      stats: Answer | None = None, current_state: str | None = None,
+                      **context: Any) -> web.Response:
         if stats is None:
             stats = await self.api.stats()
         nonce = self.auth.session(request)
@@ -135,7 +136,7 @@ class _Console:
                   "csrf": "" if nonce is None else self.auth.csrf(nonce)},
             request_path=request.path_qs, node_url=self.node.url,
             refresh_ms=self.settings.refresh_ms, now_ms=int(time.time() * 1000),
-            current_state=context.pop("current_state", None), **context)
+            current_state=current_state, **context)
         return web.Response(status=status, text=page, content_type="text/html")
 
     async def _problem(self, request: web.Request, status: int, message: str) -> web.Response:
