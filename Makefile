@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 KAFKA_BOOTSTRAP_FILE := .effectlog/kafka/bootstrap
 
-.PHONY: demo demo-kafka test lint typecheck unit bench soak clean kafka-up kafka-down
+.PHONY: demo demo-kafka test lint typecheck unit bench soak clean kafka-up kafka-down console-screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ bench: $(STAMP)
 	$(PY) bench/cluster_restore.py
 	$(PY) bench/cluster_api.py
 	$(PY) bench/cluster_failover.py
+
+# The web console's screenshots in docs/ (README), taken by the browser test in Chromium.
+console-screenshots: $(STAMP)
+	EFFECTLOG_CONSOLE_SCREENSHOTS=docs $(PY) -m pytest -q tests/browser
 
 # The soak (bench/soak.py): OPS operations by WORKERS worker processes, workers and `serve`
 # SIGKILLed, recovery until quiet; the last line gives kills, duplicates and lost events.

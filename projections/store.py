@@ -10,7 +10,7 @@ this process (opened on assignment, released on revocation); the projector
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 if TYPE_CHECKING:
@@ -34,6 +34,15 @@ class Rejection(NamedTuple):
     at_ms: int
 
 
+#: A position in the state/time index: (last-transition ms clamped at 0, key).
+Cursor = tuple[int, str]
+
+
+def cursor_of(snapshot: Mapping[str, Any]) -> Cursor:
+    """Where the snapshot (JSON view) sits in its state's index."""
+    return max(int(snapshot["occurred_at"]), 0), str(snapshot["idempotency_key"])
+
+
 class ProjectionReader(ABC):
     """Queries over the projected state; a fresh read sees what the projector committed."""
 
@@ -43,9 +52,13 @@ class ProjectionReader(ABC):
 
     @abstractmethod
     def scan_state(self, state: State, older_than_ms: int | None = None,
-                   limit: int | None = None) -> Iterator[EffectEvent]:
+                   limit: int | None = None, after: Cursor | None = None) -> Iterator[EffectEvent]:
         """Effects in ``state`` whose last transition is older than ``older_than_ms``
-        (epoch milliseconds), oldest first: a range scan over the state/time index."""
+        (epoch milliseconds), oldest first: a range scan over the state/time index.
+
+        ``after`` resumes a scan: only effects ordered after that (last-transition ms, key)
+        position (see :func:`cursor_of`), so paging costs one seek, never a rescan.
+        """
 
     @abstractmethod
     def rejected(self, limit: int | None = None) -> Iterator[Rejection]:
@@ -70,11 +83,12 @@ class ProjectionReader(ABC):
         return None if event is None else event.to_json()
 
     def scan_state_json(self, state: str, older_than_ms: int | None = None,
-                        limit: int | None = None) -> Iterator[dict[str, Any]]:
+                        limit: int | None = None,
+                        after: Cursor | None = None) -> Iterator[dict[str, Any]]:
         """:meth:`scan_state` as JSON views."""
         from effectlog.model import State
 
-        for event in self.scan_state(State(state), older_than_ms, limit):
+        for event in self.scan_state(State(state), older_than_ms, limit, after):
             yield event.to_json()
 
     def refresh(self) -> None:  # noqa: B027 - optional hook

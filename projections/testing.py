@@ -13,7 +13,7 @@ the same projection (a second process, or a restart). The checks: a batch is rea
 with its offset; a reopened partition resumes at its stored offset and skips what it
 applied; one writer per partition at a time; a released partition leaves the reader and
 the others stay; refused events are kept with their reason; state scans and per-key
-lookups across partitions.
+lookups across partitions; paging a state scan by cursor.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from effectlog.log.base import EVENTS, Position, Record
 from effectlog.machine import advance, new_effect
 from effectlog.model import EffectEvent, Outcome, State
 from effectlog.model import Transition as T
-from projections.store import ProjectionStore
+from projections.store import ProjectionStore, cursor_of
 
 
 def lifecycle(n: int, worker: str = "w1") -> list[EffectEvent]:
@@ -159,5 +159,36 @@ class ProjectionStoreContract:
             assert found == sorted(dispatched, key=lambda e: e.occurred_at)
             older = list(store.reader().scan_state(State.DISPATCHED, older_than_ms=1005))
             assert [e.idempotency_key for e in older] == [dispatched[0].idempotency_key]
+        finally:
+            store.close()
+
+    def test_state_scans_resume_after_a_cursor(self, tmp_path: Path) -> None:
+        numbers = keys_on(0, 2, 3) + keys_on(1, 2, 3)
+        store = self.make_store(tmp_path / "state")
+        try:
+            writers = [store.open_writer(p, partitions=2) for p in (0, 1)]
+            for i, n in enumerate(numbers):  # pairs share a time: the key breaks the tie
+                events = [replace(e, occurred_at=2000 + 10 * (i // 2)) for e in lifecycle(n)[:2]]
+                partition = 0 if i < 3 else 1
+                writers[partition].apply(records(events, partition, writers[partition].next_offset))
+            reader = store.reader()
+            whole = [e.to_json() for e in reader.scan_state(State.RESERVED)]
+            assert len(whole) == 6
+            pages: list[list[dict[str, object]]] = []
+            after: tuple[int, str] | None = None
+            while len(pages) < 10:
+                page = [e.to_json() for e in reader.scan_state(State.RESERVED, limit=2,
+                                                                after=after)]
+                if not page:
+                    break
+                pages.append(page)
+                after = cursor_of(page[-1])
+            assert [s for page in pages for s in page] == whole and len(pages) == 3
+            middle = cursor_of(whole[2])
+            assert [e.to_json() for e in reader.scan_state(State.RESERVED, after=middle)] \
+                == whole[3:]
+            older = reader.scan_state(State.RESERVED, older_than_ms=2020, after=cursor_of(whole[0]))
+            assert [e.to_json() for e in older] == whole[1:4]
+            assert list(reader.scan_state(State.CREATED, after=cursor_of(whole[0]))) == []
         finally:
             store.close()

@@ -40,9 +40,11 @@ class FoldReader(ProjectionReader):
         return fold(decode_events(self.log, key))[0]
 
     def scan_state(self, state: State, older_than_ms: int | None = None,
-                   limit: int | None = None) -> Iterator[EffectEvent]:
+                   limit: int | None = None,
+                   after: tuple[int, str] | None = None) -> Iterator[EffectEvent]:
         hits = sorted((e for e in self._snapshots() if e.state is state and (
-            older_than_ms is None or e.occurred_at < older_than_ms)),
+            older_than_ms is None or e.occurred_at < older_than_ms) and (
+            after is None or (max(e.occurred_at, 0), e.idempotency_key) > after)),
             key=lambda e: (e.occurred_at, e.idempotency_key))
         yield from hits[:limit] if limit is not None else hits
 

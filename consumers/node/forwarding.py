@@ -19,9 +19,10 @@ logger = logging.getLogger(__name__)
 
 FORWARDED = "Effectlog-Forwarded"
 NOT_OWNER = "Effectlog-Not-Owner"  # on a forwarded request's 503: the asker's map is stale
+NEXT = "Effectlog-Next"  # on a list: the cursor of the next page
 #: Response headers relayed from the owner (besides the body and status).
 RELAYED = ("Content-Type", "Retry-After", "Effectlog-Partition", "Effectlog-Applied-Offset",
-           "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions", NOT_OWNER)
+           "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions", NOT_OWNER, NEXT)
 
 
 class Membership(Protocol):

@@ -4,7 +4,9 @@
 another member), with ``?min_offset=N`` (read-your-writes: answer once offset N is applied)
 and ``?fresh=1`` (answer once everything in the log at arrival is applied), 504 when that
 takes longer than ``timeout_ms``, 503 + ``Retry-After`` while the partition restores or has
-no owner. ``GET /v1/effects`` and ``GET /v1/stats`` ask every member and merge. Every
+no owner. ``GET /v1/effects`` and ``GET /v1/stats`` ask every member and merge; a list
+pages by cursor (``after=`` the ``Effectlog-Next`` header of the page before, see
+:mod:`projections.paging`) and filters by ``kind`` (prefix) and ``target`` (substring). Every
 answer about a key says which partition and applied offset it comes from in
 ``Effectlog-Partition`` / ``Effectlog-Applied-Offset`` headers (the body is exactly what
 ``effectlog get KEY --json`` prints); with ``min_offset``, ``Effectlog-Rejected`` names the
@@ -21,15 +23,17 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
-from consumers.node.forwarding import FORWARDED, NOT_OWNER, Forwarder
+from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
 from effectlog.redact import redact_url
 from effectlog.stats import STATES, stats_figures
+from projections.paging import Filters, format_cursor, merge_pages, page_of, parse_cursor
 from projections.rocksdb.snapshot import snapshot_json
 
 if TYPE_CHECKING:
@@ -193,22 +197,31 @@ class _Api:
                 from effectlog.durations import parse_duration_ms
 
                 before = int(time.time() * 1000) - parse_duration_ms(query["older_than"])
+            after = parse_cursor(query["after"]) if query.get("after") else None
+            filters = Filters(query.get("kind") or None, query.get("target") or None)
         except InvalidInput as exc:
             return _error(400, str(exc))
         states = [state.upper()] if state else list(STATES)
-        found, covered = await asyncio.to_thread(self.node.list_local, states, before, limit)
+        page, covered = await asyncio.to_thread(self.node.list_local, states, before, limit,
+                                                after, filters)
         if not self._local(request):
-            qs = f"?limit={limit}&local=1" + (f"&state={states[0]}" if state else "") + \
-                (f"&before_ms={before}" if before is not None else "")
-            for reply in await self._ask_others("/v1/effects" + qs):
-                found.extend(json.loads(reply.body))
+            params = {"limit": limit, "local": 1, "state": states[0] if state else None,
+                      "before_ms": before, "kind": filters.kind, "target": filters.target,
+                      "after": None if after is None else format_cursor(after)}
+            qs = urlencode({k: v for k, v in params.items() if v is not None})
+            pages = [page]
+            for reply in await self._ask_others("/v1/effects?" + qs):
+                pages.append(page_of(json.loads(reply.body), reply.headers.get(NEXT)))
                 covered.update(_partitions(reply.headers))
             missing = sorted(set(range(self.node.partition_count)) - covered)
             if missing:
                 return _unavailable(f"partitions {_ranges(missing)} are not being served "
                                     "(restoring or rebalancing)")
-        found.sort(key=lambda s: (max(s["occurred_at"], 0), s["idempotency_key"]))
-        return _json(200, found[:limit], {"Effectlog-Partitions": _list(covered)})
+            page = merge_pages(pages, limit)
+        headers = {"Effectlog-Partitions": _list(covered)}
+        if page.next is not None:
+            headers[NEXT] = format_cursor(page.next)
+        return _json(200, page.items, headers)
 
     async def stats(self, request: web.Request) -> web.Response:
         node = self.node

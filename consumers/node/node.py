@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
 from consumers.node.forwarding import Membership, SoloMembership
@@ -39,9 +39,10 @@ from effectlog.log.source import RecordSource
 from effectlog.metrics import Metrics, projector_lag
 from effectlog.provider import Provider
 from effectlog.redact import redact_url
+from projections.paging import ANYTHING, Filters, Page, merge_pages, read_page
 from projections.projector import Projector, ProjectorSettings
-from projections.rocksdb.snapshot import snapshot_json
 from projections.rocksdb.store import RocksProjectionStore, StoreReader
+from projections.store import Cursor
 
 if TYPE_CHECKING:
     from effectlog.log.kafka.settings import KafkaSettings
@@ -171,13 +172,15 @@ class Node:
         """The log's end offset per events partition (blocking)."""
         return self.logs["api"].end_offsets(EVENTS)
 
-    def list_local(self, states: Sequence[str], before_ms: int | None,
-                   limit: int) -> tuple[list[dict[str, Any]], set[int]]:
-        """Snapshots in ``states`` of the partitions served here, and those partitions."""
+    def list_local(self, states: Sequence[str], before_ms: int | None, limit: int,
+                   after: Cursor | None = None,
+                   filters: Filters = ANYTHING) -> tuple[Page, set[int]]:
+        """A page of the snapshots in ``states`` of the partitions served here (see
+        :mod:`projections.paging`), and those partitions."""
         covered = set(self.gate.serving())
-        found = [snapshot_json(raw) for state in states
-                 for _, _, raw in self.reader.scan_raw(state, before_ms, limit)]
-        return found, covered
+        pages = [read_page(self.reader, state, before_ms=before_ms, after=after,
+                           filters=filters, limit=limit) for state in states]
+        return merge_pages(pages, limit), covered
 
     def stats_local(self) -> tuple[dict[str, int], dict[int, int]]:
         """Counts and applied positions of the partitions served here."""

@@ -203,11 +203,9 @@ def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], ve
 @click.pass_obj
 def history(obj: CliContext, key: str, as_json: bool) -> None:
     """Every event of KEY in log order, read from the log (accepted or rejected)."""
-    from effectlog.codec import event_codec
-    from effectlog.errors import CodecError, Conflict
+    from effectlog.history import judge_records
     from effectlog.keys import validate_key
     from effectlog.log.base import EVENTS
-    from effectlog.machine import check
 
     validate_key(key)
     log = obj.open_log(against_state=False)
@@ -218,30 +216,7 @@ def history(obj: CliContext, key: str, as_json: bool) -> None:
         log.close()
     if not records:
         fail(f"no events for key {key}", 1)
-    rows: list[dict[str, Any]] = []
-    current: EffectEvent | None = None
-    codec = event_codec()
-    for record in records:
-        row: dict[str, Any] = {"partition": record.partition, "offset": record.offset}
-        try:
-            event = EffectEvent.from_record(codec.decode(record.value))
-        except (CodecError, KeyError, ValueError) as exc:
-            rows.append({**row, "verdict": f"undecodable: {exc}"})
-            continue
-        if current is None and compacted and event.transition is not Transition.CREATE:
-            # On a compacted topic the oldest surviving record is the baseline: the key's
-            # earlier transitions were compacted away (each event carries the full snapshot).
-            rows.append({**row, "verdict": "accepted (baseline)", "compacted_before": True,
-                         "event": event.to_json()})
-            current = event
-            continue
-        try:
-            check(current, event)
-            verdict = "accepted"
-            current = event
-        except Conflict as exc:
-            verdict = f"rejected ({exc.reason}): {exc}"
-        rows.append({**row, "verdict": verdict, "event": event.to_json()})
+    rows = judge_records(records, compacted)
     if as_json:
         for row in rows:
             emit_json(row)

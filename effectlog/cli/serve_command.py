@@ -47,6 +47,10 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
               help="Run the reconciler against this provider (module:factory, fake:///path, "
                    "http://host:port).")
+@click.option("--console-token", envvar="EFFECTLOG_CONSOLE_TOKEN", default=None, metavar="TOKEN",
+              help="Lets people who log in with it retry or abandon effects from the web "
+                   "console at / (env EFFECTLOG_CONSOLE_TOKEN); without it the console is "
+                   "read-only.")
 @click.option("--metrics-port", type=int, default=None, hidden=True,
               help="Old name of the --http port.")
 @click.option("--metrics-host", default=None, hidden=True, help="Old name of the --http host.")
@@ -59,11 +63,14 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
           standbys: int, session_timeout: str, provider_spec: str | None,
+          console_token: str | None,
           metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
     """Project, recover and reconcile the partitions this instance owns, and answer the
-    query API (GET /v1/effects/KEY, /v1/effects, /v1/stats) until SIGTERM."""
+    query API (GET /v1/effects/KEY, /v1/effects, /v1/stats) and the web console (/)
+    until SIGTERM."""
+    from consumers.console import ConsoleSettings, console_routes
     from consumers.node.node import Node, NodeSettings
     from consumers.providers import load_provider
     from consumers.reconciler import ReconcilerSettings
@@ -80,7 +87,8 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         observe_every_s=max(recovery.poll_s, 1.0))
     provider = load_provider(provider_spec) if provider_spec else None
     stop = stop_on_signals()
-    node = Node(obj.log_url, settings, provider)
+    node = Node(obj.log_url, settings, provider,
+                extra_routes=console_routes(ConsoleSettings(token=console_token or None)))
     try:
         node.start()
     except BaseException:
@@ -88,7 +96,8 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         node.close()
         raise
     click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
-               "/healthz)", err=True)
+               f"/healthz; web console at / {'with decisions' if console_token else 'read-only'})",
+               err=True)
     while not stop.wait(0.5) and not node.crashed.is_set():
         pass
     click.echo("effectlog serve: stopping", err=True)

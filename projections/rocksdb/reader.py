@@ -36,11 +36,12 @@ from projections.rocksdb.snapshot import (
     decode_snapshot,
     index_range,
     offset_key,
+    pack_u64,
     rejected_key,
     snapshot_json,
     unpack_u64,
 )
-from projections.store import ProjectionReader, Rejection
+from projections.store import Cursor, ProjectionReader, Rejection
 
 if TYPE_CHECKING:
     from effectlog.log.base import Position
@@ -99,9 +100,16 @@ class PartitionReads(ProjectionReader):
         return None if raw is None else snapshot_json(raw)
 
     def scan_raw(self, state: str, older_than_ms: int | None = None,
-                 limit: int | None = None) -> Iterator[tuple[int, str, bytes]]:
-        """(last-transition ms, key, snapshot bytes) in ``state``, oldest first."""
+                 limit: int | None = None,
+                 after: Cursor | None = None) -> Iterator[tuple[int, str, bytes]]:
+        """(last-transition ms, key, snapshot bytes) in ``state``, oldest first; with
+        ``after``, only those past that index position (one seek per partition)."""
         lower, upper = index_range(state, older_than_ms)
+        if after is not None:
+            # the smallest entry above the cursor's own: its bytes followed by a NUL
+            lower = lower + pack_u64(max(after[0], 0)) + after[1].encode("utf-8") + b"\x00"
+        if lower >= upper:
+            return
         streams = [self._index_range(part, lower, upper) for part in self._opened().values()]
         for count, (at_ms, key, raw) in enumerate(heapq.merge(*streams)):
             if limit is not None and count >= limit:
@@ -115,7 +123,7 @@ class PartitionReads(ProjectionReader):
         it = part.cf[INDEX].iter(opts)
         it.seek(lower)  # rocksdict ignores iterate_lower_bound on seek_to_first: seek instead
         state_cf = part.cf[STATE]
-        skip = len(lower)
+        skip = lower.index(b"\x00") + 1  # the state's prefix
         while it.valid():
             self.index_steps += 1
             entry: bytes = it.key()
@@ -126,13 +134,14 @@ class PartitionReads(ProjectionReader):
             it.next()
 
     def scan_state(self, state: State, older_than_ms: int | None = None,
-                   limit: int | None = None) -> Iterator[EffectEvent]:
-        for _, _, raw in self.scan_raw(state.value, older_than_ms, limit):
+                   limit: int | None = None, after: Cursor | None = None) -> Iterator[EffectEvent]:
+        for _, _, raw in self.scan_raw(state.value, older_than_ms, limit, after):
             yield decode_snapshot(raw)
 
     def scan_state_json(self, state: str, older_than_ms: int | None = None,
-                        limit: int | None = None) -> Iterator[dict[str, Any]]:
-        for _, _, raw in self.scan_raw(state, older_than_ms, limit):
+                        limit: int | None = None,
+                        after: Cursor | None = None) -> Iterator[dict[str, Any]]:
+        for _, _, raw in self.scan_raw(state, older_than_ms, limit, after):
             yield snapshot_json(raw)
 
     def rejected(self, limit: int | None = None) -> Iterator[Rejection]:

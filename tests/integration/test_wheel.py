@@ -42,6 +42,13 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout.strip() == "effectlog, version 0.1.0"
     assert schemas == ["effect_event.v2.avsc", "reconciliation_command.v1.avsc"]
+    console = ("import importlib.resources as r; from consumers.console.pages import environment;"
+               "[environment().get_template(t) for t in ('overview.html', 'list.html',"
+               " 'effect.html', 'login.html', 'error.html')];"
+               "print(sorted(p.name for p in (r.files('consumers.console') / 'static').iterdir()))")
+    shipped = subprocess.run([str(py), "-c", console], cwd=work, env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert shipped.stdout.strip() == "['console.css', 'console.js', 'favicon.svg']", shipped.stderr
     line = json.dumps({"operation_id": "op-1", "kind": "email.send", "target": "t",
                        "payload": {}, "transition": "create", "worker_id": "w"})
     run = subprocess.run([str(env_dir / "bin" / "effectlog"), "--log", "sqlite:///log.db",

@@ -1,0 +1,205 @@
+"""The web console in a real browser: Debian's Chromium driven by Playwright against a real
+`effectlog serve` process on a SQLite log holding a demo-like workload.
+
+Set EFFECTLOG_CONSOLE_SCREENSHOTS=DIR to keep the screenshots of the main pages there
+(``make console-screenshots`` refreshes the ones in docs/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import urllib3
+
+from effectlog.log import open_log
+from effectlog.view import LogView
+from tests.console_support import Workload, fill, stale_record
+from tests.kafka_broker import free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+TOKEN = "s3cret-console-token"
+WAIT_MS = 15_000
+
+
+def _chromium() -> str:
+    path = os.environ.get("EFFECTLOG_TEST_CHROMIUM") or shutil.which("chromium") \
+        or "/usr/bin/chromium"
+    if not Path(path).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is missing (apt-get install chromium): the browser test "
+                        "must run in CI")
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Workload]]:
+    """(console URL, log URL, workload): `effectlog serve` with a console token."""
+    tmp = tmp_path_factory.mktemp("console")
+    log_url = f"sqlite:///{tmp}/log.db"
+    log = open_log(log_url)
+    try:
+        workload = fill(log)
+    finally:
+        log.close()
+    port = free_port()
+    err = tmp / "serve.err"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "effectlog.cli.main", "--log", log_url, "--state",
+         str(tmp / "state"), "serve", "--http", f"127.0.0.1:{port}", "--stuck-after", "1h"],
+        env={**os.environ, "EFFECTLOG_CONSOLE_TOKEN": TOKEN}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=err.open("w"))
+    url = f"http://127.0.0.1:{port}"
+    http = urllib3.PoolManager(retries=False, timeout=5)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            health = http.request("GET", url + "/healthz")
+            if health.status == 200 and json.loads(health.data)["partitions"] == {"0": "serving"}:
+                break
+        except urllib3.exceptions.HTTPError:
+            pass
+        assert process.poll() is None, err.read_text()
+        assert time.monotonic() < deadline, f"serve did not answer: {err.read_text()}"
+        time.sleep(0.1)
+    try:
+        yield url, log_url, workload
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(served: tuple[str, str, Workload]) -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=_chromium())
+        yield chromium
+        chromium.close()
+
+
+def _shoot(page: Any, name: str) -> None:
+    folder = os.environ.get("EFFECTLOG_CONSOLE_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def test_an_unknown_payment_is_found_and_approved_in_the_browser(
+        served: tuple[str, str, Workload], browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    url, log_url, workload = served
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    page.goto(url + "/")
+    unknown_tile = page.locator("a.count.state-UNKNOWN b")
+    expect(unknown_tile).to_have_text("5")
+    expect(page.locator(".lag b")).to_have_text("0")
+    _shoot(page, "console-overview")
+
+    page.click("a.count.state-UNKNOWN")
+    page.fill("input[name=kind]", "payment.charge")
+    page.click("form.filters button[type=submit]")
+    rows = page.locator("table.effects tbody tr")
+    expect(rows).to_have_count(3)
+    _shoot(page, "console-list")
+    page.click(f"td.key a:text-is('{workload.payment}')")
+
+    expect(page.locator("h1.key")).to_have_text(workload.payment)
+    expect(page.locator("#state")).to_have_text("UNKNOWN")
+    timeline = page.locator("#timeline tbody tr")
+    expect(timeline).to_have_count(4)
+    expect(timeline.nth(3)).to_contain_text("provider timed out after 30s")
+    page.click("details.payload summary")
+    expect(page.locator("details.payload pre")).to_contain_text('"invoice": "INV-1042"')
+
+    page.click("a:text('Log in with the console token')")
+    page.fill("input[name=token]", TOKEN)
+    page.click(".login button[type=submit]")
+    expect(page.locator("h1.key")).to_have_text(workload.payment)
+    page.fill("input[name=by]", "Dana <Ops>")
+    page.fill("textarea[name=reason]", "Stripe support: no charge under this key; retry it")
+    page.click("button.retry")
+
+    expect(page.locator("#notice")).to_contain_text("Decision recorded: RETRY by Dana <Ops>")
+    expect(page.locator("#state")).to_have_text("RESERVED")
+    expect(timeline).to_have_count(5)
+    approve_row = timeline.nth(4)
+    for text in ("APPROVE", "RESERVED", "approval:Dana <Ops>", "RETRY by Dana <Ops>: Stripe "
+                 "support: no charge under this key; retry it", "accepted"):
+        expect(approve_row).to_contain_text(text)
+    expect(approve_row.locator("td").nth(4)).to_have_text(str(workload.paused.fencing_epoch + 1))
+
+    # live: the paused worker's late record arrives and is refused; the page shows it and
+    # the new counts without being reloaded
+    page.evaluate("window.__same_page = true")
+    log = open_log(log_url)
+    try:
+        stale_record(log, workload.paused)
+        current = LogView(log).current(workload.payment)
+    finally:
+        log.close()
+    assert current is not None and current.state.value == "RESERVED"
+    expect(timeline).to_have_count(6, timeout=WAIT_MS)
+    expect(timeline.nth(5)).to_contain_text("rejected", timeout=WAIT_MS)
+    expect(unknown_tile).to_have_text("4", timeout=WAIT_MS)
+    assert page.evaluate("window.__same_page") is True
+    page.click("details.payload summary")
+    _shoot(page, "console-effect")
+    assert errors == []
+    context.close()
+
+
+def test_writes_without_the_token_or_from_another_site_are_refused(
+        served: tuple[str, str, Workload], browser: Any) -> None:
+    url, log_url, _ = served
+    key = "agent:run-0042-4:payment.charge:stripe:cus_BETA7"
+    target = f"{url}/effects/{quote(key, safe='')}"
+    http = urllib3.PoolManager(retries=False, timeout=10)
+    no_token = http.request("POST", target, fields={"decision": "abandon", "by": "x",
+                                                    "reason": "y"},
+                            encode_multipart=False, headers={"Origin": url})
+    assert no_token.status == 403
+
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(url + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click(".login button[type=submit]")
+    page.goto(target)
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    attack = (f'<form method="post" action="{target}">'
+              f'<input name="csrf" value="{csrf}"><input name="decision" value="abandon">'
+              '<input name="by" value="mallory"><input name="reason" value="cross-site">'
+              '</form><script>document.forms[0].submit()</script>')
+    page.route("http://attacker.test/**", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=attack))
+    with page.expect_response(target) as answer:
+        page.goto("http://attacker.test/")
+    assert answer.value.status == 403
+    assert "refused" in page.locator("#problem").inner_text()
+    log = open_log(log_url)
+    try:
+        current = LogView(log).current(key)
+    finally:
+        log.close()
+    assert current is not None and current.state.value == "UNKNOWN"
+    context.close()
