@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -202,6 +203,8 @@ def main() -> None:
                 bare_proc.send_signal(signal.SIGTERM)
                 bare_proc.wait(10)
             log.close()
+            if not os.environ.get("EFFECTLOG_BENCH_KEEP"):
+                shutil.rmtree(work, ignore_errors=True)
 
     def p(samples: list[float], pct: float) -> float:
         return percentile(samples, pct)
