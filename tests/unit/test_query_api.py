@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -57,6 +58,11 @@ def node(log_url: str, log: EventLog, tmp_path: Path) -> Iterator[Node]:
             worker.reserve(key)
     running = Node(log_url, NodeSettings(state_dir=tmp_path / "state", http_port=0),
                    extra_routes=_extra).start()
+    # the node restores a partition before it serves it (503 meanwhile): wait for that
+    deadline = time.monotonic() + 30
+    while running.gate.status(0) != "serving":
+        assert time.monotonic() < deadline, "the node did not start serving"
+        time.sleep(0.02)
     yield running
     assert running.stop() == []
     running.close()
