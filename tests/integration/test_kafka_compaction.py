@@ -116,9 +116,12 @@ def test_rebuild_from_the_compacted_topic_gives_the_same_current_states(
         assert before_with_sealers != before
         rebuild(log, state)
         assert projection_digest(state, families=("state", "index")) == before_with_sealers
-        # history of a compacted key says that its earlier transitions are gone
+        # history of a compacted key says that its earlier transitions are gone (the
+        # cleaner works partition by partition: take the first key it has compacted)
+        compacted = next(k for k in keys if log.read_key(EVENTS, k)[0].value
+                         and len(log.read_key(EVENTS, k)) < 8)
         done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", url,
-                               "history", keys[0], "--json"],
+                               "history", compacted, "--json"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         rows = [json.loads(line) for line in done.stdout.splitlines()]
@@ -126,7 +129,7 @@ def test_rebuild_from_the_compacted_topic_gives_the_same_current_states(
         assert rows[0]["compacted_before"] is True
         assert rows[-1]["event"]["state"] == "SUCCEEDED"
         text = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", url,
-                               "history", keys[0]], capture_output=True, text=True, timeout=60)
+                               "history", compacted], capture_output=True, text=True, timeout=60)
         assert "compacted away" in text.stdout
     finally:
         log.close()

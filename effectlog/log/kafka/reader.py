@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 _EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+#: ListOffsets answers while a leader moves, a topic is new or a broker restarted: retried.
 _LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                 KafkaError.UNKNOWN_TOPIC_OR_PART)
+                 KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
+                 KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.STALE_BROKER_EPOCH)
 
 
 def reader_config(settings: KafkaSettings) -> ClientConfig:
@@ -83,27 +85,30 @@ class PartitionReader:
 
     def end_offsets(self, name: str, partitions: Sequence[int]) -> dict[int, int]:
         """The next offset to be read at the end of each partition (one ListOffsets request;
-        retried while a new topic's leaders become known)."""
+        retried while a new topic's leaders become known or a restarted broker catches up)."""
         deadline = time.monotonic() + self.settings.timeout_s
         while True:
             try:
                 found = self.offsets_client.offsets_for_times(
                     [TP(name, p, OFFSET_END) for p in partitions], timeout=self.settings.timeout_s)
-                break
+                errors = [tp.error for tp in found if tp.error is not None]
+                if not errors:
+                    break
+                error: KafkaError = errors[0]
             except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                code = err.code() if isinstance(err, KafkaError) else None
-                if code in _LEADER_MOVED and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                    with contextlib.suppress(KafkaException):  # refresh the leaders
-                        self.offsets_client.list_topics(name, timeout=self.settings.timeout_s)
-                    continue
-                raise self.unavailable(error_text(exc)) from None
+                first = exc.args[0] if exc.args else None
+                if not isinstance(first, KafkaError):
+                    raise self.unavailable(error_text(exc)) from None
+                error = first
+            if error.code() not in _LEADER_MOVED or time.monotonic() >= deadline:
+                raise self.unavailable(f"no end offsets for {name}: {error.str()}")
+            time.sleep(0.02)
+            with contextlib.suppress(KafkaException):  # refresh the leaders
+                self.offsets_client.list_topics(name, timeout=self.settings.timeout_s)
         ends = {}
         for tp in found:
-            if tp.error is not None or tp.offset < 0:
-                detail = tp.error.str() if tp.error is not None else f"offset {tp.offset}"
-                raise self.unavailable(f"no end offset for {name}/{tp.partition}: {detail}")
+            if tp.offset < 0:
+                raise self.unavailable(f"no end offset for {name}/{tp.partition}: offset {tp.offset}")
             ends[tp.partition] = tp.offset
         return ends
 
