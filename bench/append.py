@@ -280,6 +280,8 @@ def main() -> None:
         if bootstrap is not None:
             counts = tuple(sorted({args.threads, 32}))
             k = bench_kafka(bootstrap, args.kafka_events, counts)
+            print("kafka rows below: raw appends, and workers with a bench-only own-writes view "
+                  "(no read-back); the worker path users run is bench/kafka_worker.py")
             batch_ratio = k["batch_eps"] / k["bare_eps"]
             print(f"kafka bare producer, pipelined  {k['bare_eps']:10.0f} events/s")
             print(f"kafka effectlog append_many     {k['batch_eps']:10.0f} events/s "
