@@ -21,27 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
-from tools.kafka.broker import KAFKA_VERSION, KafkaBroker, free_port, running_broker
+from tools.kafka.broker import (
+    KAFKA_VERSION,
+    KafkaBroker,
+    answers_metadata,
+    free_port,
+    running_broker,
+)
 
 log = logging.getLogger(__name__)
 
 
 KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 __all__ = ["KafkaBroker", "free_port", "kafka_bootstrap", "private_broker"]
-
-
-def answers_metadata(bootstrap: str, timeout: float = 1.0) -> bool:
-    """True once a broker at ``bootstrap`` answers a metadata request."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log}
-    admin = AdminClient(config)
-    try:
-        admin.list_topics(timeout=timeout)
-        return True
-    except KafkaException:
-        return False
 
 
 def wait_for_metadata(bootstrap: str, within: float) -> bool:

@@ -114,10 +114,10 @@ class EventLog(ABC):
     def scan(self, topic: str, partition: int, start: int = 0,
              end: int | None = None, batch: int = 5000) -> Iterator[Record]:
         """Iterate one partition from ``start`` up to ``end`` (default: its end now)."""
-        stop = self.end_offsets(topic).get(partition, 0) if end is None else end
+        stop = self.partition_end(topic, partition) if end is None else end
         offset = start
         while offset < stop:
-            records = self.read(topic, partition, offset, min(batch, stop - offset))
+            records = self.read_before(topic, partition, offset, min(batch, stop - offset), stop)
             if not records:
                 return
             for record in records:
@@ -125,6 +125,16 @@ class EventLog(ABC):
                     return
                 yield record
             offset = records[-1].offset + 1
+
+    def partition_end(self, topic: str, partition: int) -> int:
+        """The end offset of one partition (backends may ask for just that one)."""
+        return self.end_offsets(topic).get(partition, 0)
+
+    def read_before(self, topic: str, partition: int, offset: int, limit: int,
+                    end: int) -> list[Record]:
+        """:meth:`read` when the caller knows where the partition ends (``end``, exclusive),
+        which a backend may use to stop there instead of asking."""
+        return self.read(topic, partition, offset, limit)
 
     def identity(self) -> str | None:
         """The log's id: made with the log and never reused (SQLite: a row in the log file;

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
@@ -81,19 +81,12 @@ class KafkaLog(EventLog):
     def end_offsets(self, topic: str) -> dict[int, int]:
         return self._ends(topic, range(self.settings.partitions))
 
-    def scan(self, topic: str, partition: int, start: int = 0,
-             end: int | None = None, batch: int = 5000) -> Iterator[Record]:
-        stop = self._ends(topic, [partition])[partition] if end is None else end
-        offset = start
-        while offset < stop:
-            records = self._read(topic, partition, offset, min(batch, stop - offset), 0.0, stop)
-            if not records:
-                return
-            for record in records:
-                if record.offset >= stop:
-                    return
-                yield record
-            offset = records[-1].offset + 1
+    def partition_end(self, topic: str, partition: int) -> int:
+        return self._ends(topic, [partition])[partition]
+
+    def read_before(self, topic: str, partition: int, offset: int, limit: int,
+                    end: int) -> list[Record]:
+        return self._read(topic, partition, offset, limit, 0.0, end)
 
     def identity(self) -> str:
         """The topic ID of ``<prefix>.events``: a topic deleted and created again under the
