@@ -56,6 +56,8 @@ class Metrics:
                                         "Effects in UNKNOWN or AWAITING_APPROVAL.", registry=r)
         self.rejected = Gauge("effectlog_rejected_events", "Events the projector rejected, "
                               "by reason.", ["reason"], registry=r)
+        self.log_replaced = Gauge("effectlog_log_replaced", "1 once the log this node serves "
+                                  "was replaced or is gone (serving stopped).", registry=r)
         self.projector_lag = Gauge("effectlog_projector_lag",
                                    "Events written to the log but not yet projected.", registry=r)
         self.projected = Gauge("effectlog_projected_events", "Accepted events in the projection, "

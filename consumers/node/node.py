@@ -30,6 +30,7 @@ from consumers.node.gate import PartitionGate
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.server import HttpServer
 from consumers.node.view import NodeView
+from consumers.node.watch import watch_log
 from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from effectlog.errors import BackendUnavailable, EffectlogError
@@ -87,6 +88,7 @@ class Node:
         self.metrics = metrics or Metrics()
         self.gate = PartitionGate(on_restored=self._restored)
         self.failed: list[str] = []
+        self.fatal: EffectlogError | None = None  # why the node stopped serving by itself
         self.crashed = threading.Event()
         self._stop = threading.Event()
         self._stop_projector = threading.Event()
@@ -136,6 +138,7 @@ class Node:
                 self._spawn("reconciler", self._stop, self.reconciler.run)
         self._spawn("metrics", self._stop, self._observe)
         self._spawn("membership", self._stop, self._refresh_membership)
+        self._spawn("log-watch", self._stop, self._watch_log(api_log.identity()))
         logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
         return self
 
@@ -278,6 +281,16 @@ class Node:
         held: list[int] = getattr(self.source, "held", [])
         writers = self.store.writers()
         return {p: writers[p].next_offset for p in held if p in writers}
+
+    def _watch_log(self, bound: str | None) -> Callable[[threading.Event], None]:
+        def body(stop: threading.Event) -> None:
+            error = watch_log(self.log_url, bound, stop, self.settings.observe_every_s)
+            if error is not None:
+                logger.error("%s", error)
+                self.metrics.log_replaced.set(1)
+                self.fatal = error
+                self.crashed.set()
+        return body
 
     def _project(self, stop: threading.Event) -> None:
         self.projector.run(source=self.source, stop=stop)

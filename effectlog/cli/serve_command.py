@@ -105,6 +105,8 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     if running:  # never close handles under a live thread; the OS reclaims them
         raise click.ClickException(f"the {', '.join(running)} loop(s) did not stop in time")
     node.close()
+    if node.fatal is not None:
+        raise node.fatal
     if node.failed:
         raise click.ClickException(f"stopped because the {', '.join(node.failed)} loop crashed")
     click.echo("effectlog serve: stopped", err=True)

@@ -56,3 +56,22 @@ def test_a_replaced_topic_is_refused_by_the_projection_built_from_the_old_one(
     assert sorted(str(p) for p in state.rglob("*")) == files  # nothing new written
     adopted = cli(kafka_url, state, "rebuild")
     assert adopted.returncode == 0, adopted.stderr
+
+
+def test_a_running_serve_stops_when_its_topic_is_replaced(kafka_url: str, tmp_path: Path) -> None:
+    from consumers.providers.fake import FakeProvider
+    from tests.cluster_support import Serve, wait_until
+
+    FakeProvider(tmp_path / "provider.db").close()
+    node = Serve(tmp_path, "s0", kafka_url, tmp_path / "provider.db")
+    try:
+        wait_until(lambda: len(node.serving()) == 6, 60, "serve owns every partition")
+        settings = KafkaSettings.from_url(kafka_url)
+        admin = AdminClient(settings.client_config())
+        for future in admin.delete_topics([settings.topic("events")]).values():
+            future.result(30)
+        node.process.wait(60)  # it notices within its check interval and stops by itself
+    finally:
+        err = node.stop()
+    assert node.process.returncode == 4, err
+    assert "stopped serving" in err and "effectlog rebuild" in err
