@@ -32,7 +32,8 @@ _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 #: ListOffsets answers while a leader moves, a topic is new or a broker restarted: retried.
 _LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
-                 KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.STALE_BROKER_EPOCH)
+                 KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.STALE_BROKER_EPOCH,
+                 KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)  # stale metadata
 
 
 def reader_config(settings: KafkaSettings) -> ClientConfig:
