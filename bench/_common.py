@@ -6,6 +6,7 @@ import contextlib
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,17 @@ def timed(fn: Callable[[], object]) -> float:
     """Seconds one call of ``fn`` takes."""
     start = time.perf_counter()
     fn()
+    return time.perf_counter() - start
+
+
+def threaded(threads: int, fn: Callable[[int], object]) -> float:
+    """Seconds for ``threads`` threads each running ``fn(thread_number)`` to finish."""
+    pool = [threading.Thread(target=fn, args=(t,)) for t in range(threads)]
+    start = time.perf_counter()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
     return time.perf_counter() - start
 
 

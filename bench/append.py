@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import kafka_bootstrap, median, percentile, timed
+from _common import kafka_bootstrap, median, percentile, threaded, timed
 
 from effectlog.codec import event_codec
 from effectlog.log.base import EVENTS, EventLog, Position
@@ -67,16 +67,6 @@ def run_cycles(log: EventLog, prefix: str, count: int, view: Any = None,
     for i in range(count):
         worker.perform(f"{prefix}-{i}", "email.send", f"mailto:u{i}@example.com", {"n": i},
                        lambda call: {"id": call.key})
-
-
-def threaded(threads: int, fn: Any) -> float:
-    start = time.perf_counter()
-    pool = [threading.Thread(target=fn, args=(t,)) for t in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    return time.perf_counter() - start
 
 
 # -- SQLite -------------------------------------------------------------------------------

@@ -23,9 +23,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
-from _common import kafka_bootstrap, percentile
+from _common import kafka_bootstrap, percentile, threaded
 from confluent_kafka import OFFSET_END, Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 
@@ -73,16 +72,6 @@ class Bare:
         self._poller.join()
         self.producer.flush(10)
         self.offsets.close()
-
-
-def threaded(threads: int, body: Any) -> float:
-    workers = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return time.perf_counter() - start
 
 
 def bench_append(url: str, bare: Bare, keys: int = 2500) -> tuple[float, float]:
