@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import median, percentile
+from _common import median, percentile, threaded
 
 from effectlog.log.sqlite import SqliteLog
 from effectlog.worker import AsyncEffectCall, AsyncWorker, Worker
@@ -89,13 +88,7 @@ def threads_round(log: SqliteLog, prefix: str, effects: int, threads: int) -> fl
             worker.perform(f"{prefix}-{i}", KIND, target(i), {"n": i},
                            lambda call: {"id": call.key})
 
-    pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    start = time.perf_counter()
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    return time.perf_counter() - start
+    return threaded(threads, run)
 
 
 def bench(tmp: Path, effects: int, concurrency: int, threads: int, rounds: int,
