@@ -1,7 +1,8 @@
 """Latency of each Kafka adapter operation beside the bare confluent-kafka call, same run.
 
-Operations: a durable append of one record, of three records of one key (the worker's
-CREATE+RESERVE+DISPATCH), the end offsets of every partition, and a positioned read of 0
+Operations: a durable append of one record, of three records of one key in order (the
+worker's CREATE+RESERVE+DISPATCH) and all or none (one transaction, ``Worker.write``), the
+end offsets of every partition, and a positioned read of 0
 records (at the end), 1 record and 1,000 records from a random position. The bare side uses
 the same broker, topic and durability settings: a producer waiting for its delivery report,
 a consumer's ListOffsets request, a consumer assigned at the position and polled until it
@@ -119,7 +120,10 @@ def main() -> None:
         rows = [
             ("append 1", sample(lambda: log.append(EVENTS, key(), VALUE), n),
              sample(lambda: bare.produce(name, 0, [(key(), VALUE)]), n)),
-            ("append 3 (one key)", sample(lambda: log.append_many(EVENTS, [(key(), VALUE)] * 3), n),
+            ("append 3 ordered (worker)", sample(
+                lambda: log.append_ordered(EVENTS, [(key(), VALUE)] * 3), n),
+             sample(lambda: bare.produce(name, 0, [(key(), VALUE)] * 3), n)),
+            ("append 3 atomic (txn)", sample(lambda: log.append_many(EVENTS, [(key(), VALUE)] * 3), n),
              sample(lambda: bare.produce(name, 0, [(key(), VALUE)] * 3), n)),
             ("end offsets (all)", sample(lambda: log.end_offsets(EVENTS), n),
              sample(lambda: bare.ends(name, parts), n)),

@@ -4,8 +4,9 @@ The floor of one perform is what any correct worker must wait for: two sequentia
 produce round trips (the dispatch before the call, the outcome after it) and one end-offsets
 request (to know the key's state is current), made with bare confluent-kafka. effectlog's
 perform reads the key through the query API (``?fresh=1``), appends CREATE+RESERVE+DISPATCH
-as one transaction, learns from the API whether its claim won (``?min_offset=``), calls the
-provider (a no-op here) and appends RECORD. Throughput with 1, 8 and 32 threads sharing one
+in one ordered produce, knows its claim won when the records landed right where the read's
+snapshot ended (else asks the API with ``?min_offset=``), calls the provider (a no-op here),
+checks with one ListOffsets that nothing was written since, and appends RECORD. Throughput with 1, 8 and 32 threads sharing one
 log is compared with bare threads producing the same records in the same pattern.
 
 Usage: python bench/kafka_worker.py [--samples N] [--effects N]

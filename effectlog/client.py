@@ -21,6 +21,7 @@ from effectlog.errors import BackendUnavailable, InvalidInput
 if TYPE_CHECKING:
     from effectlog.log.base import Position
     from effectlog.model import EffectEvent
+    from effectlog.view import Seen
 
 
 class KeyState(NamedTuple):
@@ -31,9 +32,12 @@ class KeyState(NamedTuple):
 
     snapshot: dict[str, Any] | None
     partition: int
-    applied_offset: int
+    applied_offset: int | None
     rejected: str | None
     served_by: str
+
+
+POOL_CONNECTIONS = 64
 
 
 def server_list(spec: str | Sequence[str]) -> list[str]:
@@ -56,7 +60,9 @@ class StateClient:
         self.servers = server_list(servers)
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
-        self._http = urllib3.PoolManager(num_pools=8, maxsize=8, retries=False)
+        # Keep-alive connections for as many threads as share this client: past ``maxsize``
+        # urllib3 opens a fresh connection per request and drops it after.
+        self._http = urllib3.PoolManager(num_pools=8, maxsize=POOL_CONNECTIONS, retries=False)
         self._preferred = 0
 
     def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
@@ -74,8 +80,9 @@ class StateClient:
         status, body, headers = self._request(f"/v1/effects/{quote(key, safe='')}", params,
                                               wait_s)
         snapshot = json.loads(body) if status == 200 else None
+        applied = headers.get("Effectlog-Applied-Offset")
         return KeyState(snapshot, int(headers.get("Effectlog-Partition", -1)),
-                        int(headers.get("Effectlog-Applied-Offset", 0)),
+                        None if applied is None else int(applied),
                         headers.get("Effectlog-Rejected"), headers.get("Effectlog-Served-By", ""))
 
     def list(self, state: str | None = None, older_than: str | None = None,
@@ -172,11 +179,16 @@ class ClusterView:
         self.timeout_s = timeout_s
 
     def current(self, key: str) -> EffectEvent | None:
-        from effectlog.model import EffectEvent
+        return self.seen(key).event
 
-        snapshot = self.client.get(key, fresh=True,
-                                   timeout_ms=int(self.timeout_s * 1000)).snapshot
-        return None if snapshot is None else EffectEvent.from_json(snapshot)
+    def seen(self, key: str) -> Seen:
+        """The fresh snapshot and the partition offset the owner had applied up to."""
+        from effectlog.model import EffectEvent
+        from effectlog.view import Seen
+
+        state = self.client.get(key, fresh=True, timeout_ms=int(self.timeout_s * 1000))
+        event = None if state.snapshot is None else EffectEvent.from_json(state.snapshot)
+        return Seen(event, state.applied_offset)
 
     def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
         state = self.client.get(event.idempotency_key, min_offset=position.offset,

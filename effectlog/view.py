@@ -5,13 +5,23 @@ from __future__ import annotations
 import asyncio
 import inspect
 from concurrent.futures import Executor
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from effectlog.codec import event_codec
 from effectlog.errors import CodecError
 from effectlog.log.base import EVENTS, EventLog, Position, Record
 from effectlog.machine import fold
 from effectlog.model import EffectEvent
+
+
+class Seen(NamedTuple):
+    """A key's snapshot as a view saw it, and how far it reaches: every record of the key's
+    partition below offset ``through`` is reflected in it (None: not known). A writer whose
+    next append lands exactly at ``through`` knows nothing came in between, so it can judge
+    that append itself with the projector's rules instead of asking whether it won."""
+
+    event: EffectEvent | None
+    through: int | None = None
 
 
 class StateView(Protocol):
@@ -42,6 +52,13 @@ class AsyncStateView(Protocol):
         ...
 
 
+def seen_by(view: StateView, key: str) -> Seen:
+    """``view.seen(key)`` where the view tells how far its snapshot reaches, else the
+    snapshot alone."""
+    seen = getattr(view, "seen", None)
+    return cast(Seen, seen(key)) if seen is not None else Seen(view.current(key))
+
+
 class ThreadedView:
     """An :class:`AsyncStateView` over a sync :class:`StateView`: every call runs on
     ``executor`` (None: the loop's default one), never on the event loop."""
@@ -53,6 +70,10 @@ class ThreadedView:
     async def current(self, key: str) -> EffectEvent | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.view.current, key)
+
+    async def seen(self, key: str) -> Seen:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, seen_by, self.view, key)
 
     async def accepted(self, event: EffectEvent, position: Position,
                        timeout: float = 10.0) -> bool:
@@ -67,6 +88,14 @@ def as_async_view(view: StateView | AsyncStateView,
     if inspect.iscoroutinefunction(getattr(view, "current", None)):
         return cast(AsyncStateView, view)
     return ThreadedView(cast(StateView, view), executor)
+
+
+async def seen_by_async(view: AsyncStateView, key: str) -> Seen:
+    """:func:`seen_by` for an async view."""
+    seen = getattr(view, "seen", None)
+    if seen is not None:
+        return cast(Seen, await seen(key))
+    return Seen(await view.current(key))
 
 
 def decode_events(log: EventLog, key: str, records: list[Record] | None = None

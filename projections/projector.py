@@ -39,6 +39,7 @@ DecoderChoice = Literal["auto", "inline", "process"]
 #: Called after each applied batch with (partition, next offset): every record below it
 #: has been applied (offsets that hold no records included).
 AppliedCallback = Callable[[int, int], None]
+SWAP_CHECK_S = 0.2  # how often a running projector looks for a projection a rebuild swapped in
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class Projector:
             store = RocksProjectionStore(store, self.settings.cache_size)
         self.store = store
         self.follow_swaps = follow_swaps
+        self._next_swap_check = 0.0
         self.partitions = None if partitions is None else sorted(set(partitions))
         self.on_applied = on_applied
         self._writers: dict[int, PartitionWriter] = {}
@@ -242,6 +244,7 @@ class Projector:
         By default the fixed assignment is read with positioned reads.
         """
         stop = stop or threading.Event()
+        self._next_swap_check = 0.0  # a run starts by looking for a swapped-in projection
         if source is None:
             self._ensure_open()
             ends = self.log.end_offsets(EVENTS)
@@ -374,7 +377,15 @@ class Projector:
             self.open()
 
     def _follow_swap(self) -> None:
-        if not self.follow_swaps or not self.store.outdated():
+        """Move to a projection a rebuild swapped in (looked for at most every
+        ``SWAP_CHECK_S``: a swap is rare, and the look is a few filesystem calls)."""
+        if not self.follow_swaps:
+            return
+        now = time.monotonic()
+        if now < self._next_swap_check:
+            return
+        self._next_swap_check = now + SWAP_CHECK_S
+        if not self.store.outdated():
             return
         partitions = self.assignment
         logger.info("a rebuild swapped a new projection in: continuing there")

@@ -7,10 +7,11 @@ takes longer than ``timeout_ms``, 503 + ``Retry-After`` while the partition rest
 no owner. ``GET /v1/effects`` and ``GET /v1/stats`` ask every member and merge; a list
 pages by cursor (``after=`` the ``Effectlog-Next`` header of the page before, see
 :mod:`projections.paging`) and filters by ``kind`` (prefix) and ``target`` (substring). Every
-answer about a key says which partition and applied offset it comes from in
-``Effectlog-Partition`` / ``Effectlog-Applied-Offset`` headers (the body is exactly what
-``effectlog get KEY --json`` prints); with ``min_offset``, ``Effectlog-Rejected`` names the
-reason when the event at that offset was refused. ``/metrics`` and ``/healthz`` live here too.
+answer about a key names its partition in ``Effectlog-Partition`` and, in
+``Effectlog-Applied-Offset``, an offset below which every record of that partition is in the
+snapshot (the body is exactly what ``effectlog get KEY --json`` prints); with
+``min_offset``, ``Effectlog-Rejected`` names the reason when the event at that offset was
+refused. ``/metrics`` and ``/healthz`` live here too.
 
 Other routes (the web console) plug in through ``build_app(node, extra=...)``.
 """
@@ -28,6 +29,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
+from consumers.node.fresh import SharedEndOffsets
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
@@ -102,6 +104,7 @@ class _Api:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.forwarder = Forwarder(node.url)
+        self.fresh_ends = SharedEndOffsets(node.end_offsets)
 
     async def close(self, app: web.Application) -> None:
         await self.forwarder.close()
@@ -126,7 +129,7 @@ class _Api:
         target = 0 if min_offset is None else min_offset + 1
         if fresh:
             try:
-                ends = await asyncio.to_thread(node.end_offsets)
+                ends = await self.fresh_ends()
             except EffectlogError as exc:
                 return _unavailable(f"cannot read the log's end offsets: {exc}")
             target = max(target, ends.get(partition, 0))
@@ -149,9 +152,11 @@ class _Api:
         return _json(200, snapshot_json(raw), headers)
 
     def _headers(self, partition: int) -> dict[str, str]:
-        return {"Effectlog-Partition": str(partition),
-                "Effectlog-Applied-Offset": str(self.node.gate.position(partition) or 0),
-                "Effectlog-Served-By": self.node.url}
+        headers = {"Effectlog-Partition": str(partition), "Effectlog-Served-By": self.node.url}
+        applied = self.node.gate.position(partition)  # read before the snapshot: never past it
+        if applied is not None:
+            headers["Effectlog-Applied-Offset"] = str(applied)
+        return headers
 
     def _restoring(self, partition: int) -> web.Response:
         left = self.node.gate.restore_left(partition)

@@ -94,6 +94,15 @@ class EventLog(ABC):
         """Durably append several records; per-key order follows ``items`` order."""
         return [self.append(topic, key, value) for key, value in items]
 
+    def append_ordered(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Durably append several records in order, without the promise of all or none.
+
+        A failed call may have written some of ``items``; a caller relies only on each
+        record's own fate (the projector judges every record in log order). Where
+        :meth:`append_many` costs no more (SQLite: one transaction either way) it is used.
+        """
+        return self.append_many(topic, items)
+
     @abstractmethod
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:

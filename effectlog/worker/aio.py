@@ -19,7 +19,14 @@ from effectlog.log.base import EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
-from effectlog.view import AsyncStateView, LogView, StateView, as_async_view, decode_events
+from effectlog.view import (
+    AsyncStateView,
+    LogView,
+    StateView,
+    as_async_view,
+    decode_events,
+    seen_by_async,
+)
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
 from effectlog.worker.core import (
     Accepted,
@@ -199,7 +206,7 @@ class AsyncWorker(WorkerBase):
 
     async def _answer(self, request: Request[Any]) -> Any:
         if isinstance(request, Current):
-            return await self.view.current(request.key)
+            return await seen_by_async(self.view, request.key)
         if isinstance(request, Accepted):
             return await self.view.accepted(request.event, request.position, request.timeout)
         return await self._off(answer_log, self.log, self._log_view, request)

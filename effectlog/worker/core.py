@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from effectlog.codec import event_codec
-from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, NotFound
+from effectlog.errors import (
+    BackendUnavailable,
+    Conflict,
+    Fenced,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+)
 from effectlog.log.base import Position
 from effectlog.machine import (
     CLAIMING,
@@ -30,6 +37,7 @@ from effectlog.machine import (
 )
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.text import check_free_text
+from effectlog.view import Seen
 
 logger = logging.getLogger("effectlog.worker")
 
@@ -78,8 +86,8 @@ class Request(Generic[R]):
 
 
 @dataclass(frozen=True, slots=True)
-class Current(Request["EffectEvent | None"]):
-    """The state view's current snapshot of ``key``."""
+class Current(Request[Seen]):
+    """The state view's current snapshot of ``key`` (and how far it reaches, if known)."""
 
     key: str
 
@@ -101,11 +109,20 @@ class CurrentAt(Request["tuple[EffectEvent | None, int | None]"]):
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionEnd(Request[int]):
+    """The next offset to be written to ``key``'s partition (one ListOffsets on Kafka)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Append(Request["list[Position]"]):
-    """Durably append the encoded events of ``key`` as one append."""
+    """Durably append the encoded events of ``key`` as one append: all or none when
+    ``atomic``, else in order (a failed append may have written some of them)."""
 
     key: str
     data: tuple[bytes, ...]
+    atomic: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +162,8 @@ class WorkerCore:
         self.max_payload_bytes = max_payload_bytes
         self.accept_timeout_s = accept_timeout_s
         self.known: dict[str, tuple[EffectEvent | None, int | None]] = {}
+        #: Non-atomic mode: the key's state its next write builds on, with how far it reaches.
+        self.basis: dict[str, Seen] = {}
         self.claimed: dict[str, int] = {}
         self.last_position: Position | None = None
         self._codec = event_codec()
@@ -154,11 +173,20 @@ class WorkerCore:
     def load(self, key: str, fresh: bool = False) -> Steps[EffectEvent | None]:
         """Current snapshot of ``key``; in atomic mode also remembers the offset it is at.
 
-        Otherwise every transition reads the key first (one round trip through the view),
-        so a worker whose key was taken over meanwhile is refused before it writes anything.
+        Otherwise every transition reads the key first, so a worker whose key was taken over
+        meanwhile is refused before it writes anything: when the key's partition still ends
+        where the state this worker last saw of the key reaches (its own accepted write, say)
+        nothing was written since and that state is current (one end-offsets request);
+        else, or when ``fresh``, through the view (one round trip to the projection).
         """
         if not self.atomic:
-            return (yield from ask(Current(key)))
+            basis = self.basis.get(key)
+            if not fresh and basis is not None and basis.through is not None and (
+                    (yield from ask(PartitionEnd(key))) == basis.through):
+                return basis.event
+            seen = yield from ask(Current(key))
+            self._set_basis(key, seen)
+            return seen.event
         if fresh or key not in self.known:
             self.remember(key, *(yield from ask(CurrentAt(key))))
         return self.known[key][0]
@@ -239,11 +267,15 @@ class WorkerCore:
 
     def begin(self, operation_id: str, kind: str, target: str, payload: Any,
               payload_ref: str | None) -> Steps[tuple[EffectEvent, bool]]:
-        """Create (or find), claim and dispatch the effect in one atomic, durable append.
+        """Create (or find), claim and dispatch the effect in one durable append.
 
         Returns the DISPATCHED event, or the finished record with ``done``. The three events
         are still three transitions in the log; writing them together makes DISPATCHED
-        durable before the call at the cost of one write, not three.
+        durable before the call at the cost of one write, not three. The append need not be
+        all or none (on Kafka it is one ordered produce, no transaction): the log's judge
+        accepts or refuses each event on its own, and the call is made only when this
+        worker's DISPATCH was accepted, which it can be only on this worker's own claim.
+        A prefix left by a crash is what a crash between two separate appends leaves.
         """
         created = self.new_effect(operation_id, kind, target, payload, payload_ref)
         for attempt in range(RACE_RETRIES):
@@ -257,34 +289,38 @@ class WorkerCore:
                             self.worker_id)
             dispatched = advance(claim, T.DISPATCH, self.worker_id)
             try:
-                if existing is None:
-                    yield from self.write(created, claim, dispatched)
-                else:
-                    yield from self.write(claim, dispatched)
+                group = (created, claim, dispatched) if existing is None else (claim, dispatched)
+                yield from self.write(*group, atomic=False)
             except (IllegalTransition, Fenced):
                 continue  # another writer moved the key in between: judge again
             return dispatched, False
         raise Fenced(f"dispatch of {created.idempotency_key} kept losing to concurrent writers",
                      "lost_race")
 
-    def write(self, *events: EffectEvent) -> Steps[EffectEvent]:
-        """Append already-checked events of one key, in order, as one durable append."""
+    def write(self, *events: EffectEvent, atomic: bool = True) -> Steps[EffectEvent]:
+        """Append already-checked events of one key, in order, as one durable append
+        (all or none unless ``atomic`` is False; a conditional append always is)."""
         key = events[0].idempotency_key
         if any(e.idempotency_key != key for e in events):
             raise InvalidInput("one write carries the events of one key")
         data = tuple(self._codec.encode(e.to_record()) for e in events)
         if self.atomic:
             return (yield from self._write_atomic(events, data))
-        positions = yield from ask(Append(key, data))
+        positions = yield from self._appended(key, Append(key, data, atomic))
         last = events[-1]
-        if self.verify and not (yield from ask(Accepted(last, positions[-1],
-                                                        self.accept_timeout_s))):
-            self.known.pop(key, None)
-            winner = yield from ask(Current(key))
+        follows = self._follows(key, events, positions)
+        if self.verify and not follows and not (
+                yield from ask(Accepted(last, positions[-1], self.accept_timeout_s))):
+            self.forget(key)
+            winner = (yield from ask(Current(key))).event
             owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
             raise Fenced(f"{last.transition.value} on {key} lost to a concurrent writer{owner}",
                          "lost_race")
         self._accepted(events, positions)
+        if (follows or self.verify) and positions[-1].offset >= 0:
+            self._set_basis(key, Seen(last, positions[-1].offset + 1))
+        else:
+            self.basis.pop(key, None)  # unchecked, or planned (no offset yet): read next time
         return last
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -299,6 +335,46 @@ class WorkerCore:
             return epoch
         return self.claimed.get(key, current.fencing_epoch)
 
+    def _appended(self, key: str, request: Request[R]) -> Steps[R]:
+        try:
+            return (yield from ask(request))
+        except BackendUnavailable:
+            # An append that timed out may still have been written: nothing remembered of
+            # the key is trusted again; the next call reads it afresh.
+            self.forget(key)
+            raise
+
+    def forget(self, key: str) -> None:
+        """Trust nothing known of ``key`` (an append of it may or may not have landed)."""
+        self.known.pop(key, None)
+        self.basis.pop(key, None)
+
+    def _set_basis(self, key: str, seen: Seen) -> None:
+        if len(self.basis) >= 10_000 and key not in self.basis:
+            self.basis.pop(next(iter(self.basis)))
+        self.basis[key] = seen
+
+    def _follows(self, key: str, events: tuple[EffectEvent, ...],
+                 positions: list[Position]) -> bool:
+        """True when the append provably follows the state it was built on, so it is
+        accepted without asking: its records sit at the offsets right after everything the
+        basis covered (nothing of the partition came in between) and the projector's own
+        rules accept them in turn from the basis snapshot."""
+        basis = self.basis.get(key)
+        if basis is None or basis.through is None:
+            return False
+        through = basis.through
+        if any(p.offset != through + i for i, p in enumerate(positions)):
+            return False
+        state = basis.event
+        for event in events:
+            try:
+                check(state, event)
+            except Conflict:
+                return False
+            state = event
+        return True
+
     def remember(self, key: str, event: EffectEvent | None, offset: int | None) -> None:
         if len(self.known) >= 10_000:
             self.known.pop(next(iter(self.known)))
@@ -309,7 +385,7 @@ class WorkerCore:
         key = events[0].idempotency_key
         for _ in range(RACE_RETRIES):
             last_offset = self.known.get(key, (None, None))[1]
-            positions = yield from ask(AppendAfter(key, data, last_offset))
+            positions = yield from self._appended(key, AppendAfter(key, data, last_offset))
             if positions is not None:
                 self.remember(key, events[-1], positions[-1].offset)
                 self._accepted(events, positions)

@@ -6,12 +6,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
-from effectlog.view import LogView, StateView, decode_events
+from effectlog.view import LogView, StateView, decode_events, seen_by
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
 from effectlog.worker.core import (
     Accepted,
@@ -19,6 +18,7 @@ from effectlog.worker.core import (
     AppendAfter,
     Current,
     CurrentAt,
+    PartitionEnd,
     Request,
     Steps,
     WorkerCore,
@@ -34,12 +34,15 @@ def answer_log(log: EventLog, log_view: LogView, request: Request[Any]) -> Any:
     """Answer a request that reads or appends the log itself (blocking)."""
     if isinstance(request, AppendAfter):
         return log.append_after(EVENTS, request.key, request.data, request.last_offset)
+    if isinstance(request, PartitionEnd):
+        return log.partition_end(EVENTS, log.partition_for(EVENTS, request.key))
     if isinstance(request, CurrentAt):
         return log_view.current_at(request.key)
     if isinstance(request, Append):
         if len(request.data) == 1:
             return [log.append(EVENTS, request.key, request.data[0])]
-        return log.append_many(EVENTS, [(request.key, d) for d in request.data])
+        items = [(request.key, d) for d in request.data]
+        return log.append_many(EVENTS, items) if request.atomic else log.append_ordered(EVENTS, items)
     raise TypeError(f"not a log request: {request!r}")
 
 
@@ -191,16 +194,10 @@ class Worker(WorkerBase):
 
     def _answer(self, request: Request[Any]) -> Any:
         if isinstance(request, Current):
-            return self.view.current(request.key)
+            return seen_by(self.view, request.key)
         if isinstance(request, Accepted):
             return self.view.accepted(request.event, request.position, request.timeout)
-        try:
-            return answer_log(self.log, self._log_view, request)
-        except BackendUnavailable:
-            # An append that timed out may still have been written: nothing this worker
-            # remembers of the key is trusted again; the next call reads it afresh.
-            self._core.known.pop(getattr(request, "key", ""), None)
-            raise
+        return answer_log(self.log, self._log_view, request)
 
 
 class EffectCall(CallBase):

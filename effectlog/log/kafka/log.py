@@ -74,6 +74,11 @@ class KafkaLog(EventLog):
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         return self._produce(topic, items)
 
+    def append_ordered(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """One pipelined produce on the idempotent producer: in order, one round trip, no
+        transaction (a writer killed mid-call may leave some of the records)."""
+        return self._produce(topic, items, atomic=False)
+
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:
         return self._read(topic, partition, offset, limit, timeout, None)
@@ -157,13 +162,14 @@ class KafkaLog(EventLog):
             self._check_partitions(name, self._reader.check_topic(name))
             self._checked["reader"].add(name)
 
-    def _produce(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+    def _produce(self, topic: str, items: Sequence[tuple[str, bytes]],
+                 atomic: bool = True) -> list[Position]:
         name = self.settings.topic(topic)
         if not items:
             return []
         handle = self._writer()
         self._ensure_writer_topic(name, handle)
-        if len(items) > 1 and all(key == items[0][0] for key, _ in items):
+        if atomic and len(items) > 1 and all(key == items[0][0] for key, _ in items):
             return self._transactional().append(name, topic, items)
         return handle.append(name, topic, items)
 

@@ -1,0 +1,148 @@
+"""A worker on a log without compare-and-append (as Kafka) judges its own append when it can
+prove nothing came in between, and asks the projection only when it cannot.
+
+The proof: the view's snapshot reaches offset ``through`` of the key's partition (or the
+worker's own accepted write ends there), and the append's records sit at ``through``,
+``through + 1``, ... with the projector's rules accepting them in turn. Anything else is
+read back through the view, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from effectlog.errors import Fenced
+from effectlog.log import EVENTS
+from effectlog.log.base import Position
+from effectlog.log.memory import MemoryLog
+from effectlog.machine import advance
+from effectlog.model import EffectEvent, State, Transition
+from effectlog.view import LogView, Seen
+from effectlog.worker import Worker
+
+KIND, TARGET = "email.send", "mailto:a@example.com"
+
+
+def key(op: str) -> str:
+    return f"agent:{op}:{KIND}:{TARGET}"
+
+
+class PlainLog(MemoryLog):
+    """No compare-and-append (as Kafka); counts the appends and end-offset requests."""
+
+    conditional = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        self.calls.append("append_many")
+        return super().append_many(topic, items)
+
+    def append_ordered(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        self.calls.append("append_ordered")
+        return super().append_many(topic, items)
+
+    def partition_end(self, topic: str, partition: int) -> int:
+        self.calls.append("partition_end")
+        return super().partition_end(topic, partition)
+
+
+class SeeingView:
+    """A view that says how far its snapshots reach (as ``serve``'s applied offset does);
+    ``meanwhile`` runs after a read, as another writer would."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.log = log
+        self.inner = LogView(log)
+        self.calls: list[str] = []
+        self.meanwhile: Callable[[], object] | None = None
+
+    def seen(self, key: str) -> Seen:
+        self.calls.append("seen")
+        through = self.log.partition_end(EVENTS, self.log.partition_for(EVENTS, key))
+        seen = Seen(self.inner.current(key), through)
+        if self.meanwhile is not None:
+            self.meanwhile()
+            self.meanwhile = None
+        return seen
+
+    def current(self, key: str) -> EffectEvent | None:
+        return self.seen(key).event
+
+    def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
+        self.calls.append("accepted")
+        return self.inner.accepted(event, position, timeout)
+
+
+@pytest.fixture
+def log() -> PlainLog:
+    return PlainLog()
+
+
+def test_a_perform_with_nothing_in_between_needs_one_read_and_no_acceptance_read(
+        log: PlainLog) -> None:
+    view = SeeingView(log)
+    worker = Worker(log, "w1", view=view)
+    assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
+    assert view.calls == ["seen"]
+    # create+reserve+dispatch in one ordered append (no transaction), then one end-offsets
+    # request proves nothing came in between before the record
+    assert [c for c in log.calls if c != "partition_end"] == ["append_ordered"]
+    final = LogView(log).current(key("op-1"))
+    assert final is not None and final.state is State.SUCCEEDED
+
+
+def test_a_record_of_another_key_in_between_makes_the_worker_ask(log: PlainLog) -> None:
+    view = SeeingView(log)
+    other = Worker(log, "w2")  # folds from the log itself: writes without reading through view
+    view.meanwhile = lambda: other.create("op-other", KIND, TARGET, {"n": 2})
+    worker = Worker(log, "w1", view=view)
+    worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent")
+    assert view.calls[:2] == ["seen", "accepted"]  # the dispatch no longer sits at `through`
+
+
+def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
+        log: PlainLog) -> None:
+    view = SeeingView(log)
+    worker = Worker(log, "w1", view=view)
+    rival = Worker(log, "w2", view=SeeingView(log))
+
+    def call(c: object) -> str:
+        rival.reserve(key("op-1"))  # a replacement claims the key during the provider call
+        return "sent"
+
+    with pytest.raises(Fenced):
+        worker.perform("op-1", KIND, TARGET, {"n": 1}, call)
+    events = LogView(log).log.read_key(EVENTS, key("op-1"))
+    assert len(events) == 4  # create, reserve, dispatch, the rival's claim: no stale RECORD
+    current = LogView(log).current(key("op-1"))
+    assert current is not None and current.worker_id == "w2" and current.fencing_epoch == 2
+
+
+def test_an_append_at_the_right_offset_that_the_rules_refuse_is_not_taken_as_won(
+        log: PlainLog) -> None:
+    view = SeeingView(log)
+    worker = Worker(log, "w1", view=view)
+    created = worker.create("op-1", KIND, TARGET, {"n": 1})
+    reserved = worker.reserve(created.idempotency_key)
+    assert worker.get(reserved.idempotency_key) == reserved  # the basis reaches the log end
+    claim = advance(reserved, Transition.CLAIM, "w1")
+    stale = dataclasses.replace(claim, fencing_epoch=reserved.fencing_epoch)  # not above
+    asked = len(view.calls)
+    with pytest.raises(Fenced):
+        worker.write(stale)
+    assert "accepted" in view.calls[asked:]  # judged by the view, not taken as won
+    assert LogView(log).current(reserved.idempotency_key) == reserved
+
+
+def test_an_explicit_multi_event_write_stays_all_or_nothing(log: PlainLog) -> None:
+    worker = Worker(log, "w1", view=SeeingView(log))
+    created = worker.create("op-1", KIND, TARGET, {"n": 1})
+    reserved = advance(created, Transition.RESERVE, "w1")
+    worker.write(reserved, advance(reserved, Transition.DISPATCH, "w1"))
+    assert "append_many" in log.calls  # Worker.write keeps its promise: one atomic append
