@@ -6,8 +6,9 @@ request (to know the key's state is current), made with bare confluent-kafka. ef
 perform reads the key through the query API (``?fresh=1``), appends CREATE+RESERVE+DISPATCH
 in one ordered produce, knows its claim won when the records landed right where the read's
 snapshot ended (else asks the API with ``?min_offset=``), calls the provider (a no-op here),
-checks with one ListOffsets that nothing was written since, and appends RECORD. Throughput with 1, 8 and 32 threads sharing one
-log is compared with bare threads producing the same records in the same pattern.
+checks with one ListOffsets that nothing was written since, and appends RECORD. Throughput
+with 1, 8 and 32 threads sharing one log is compared with bare threads producing the same
+records in the same pattern.
 
 Usage: python bench/kafka_worker.py [--samples N] [--effects N]
 The last line gives perform's p50 as a ratio to the floor, and 32 threads' throughput as a
