@@ -181,12 +181,14 @@ class ClusterView:
     def current(self, key: str) -> EffectEvent | None:
         return self.seen(key).event
 
-    def seen(self, key: str) -> Seen:
-        """The fresh snapshot and the partition offset the owner had applied up to."""
+    def seen(self, key: str, since: int | None = None) -> Seen:
+        """The snapshot and the partition offset the owner had applied up to: fresh (the
+        log end at the call applied), or with ``since`` once that offset is applied."""
         from effectlog.model import EffectEvent
         from effectlog.view import Seen
 
-        state = self.client.get(key, fresh=True, timeout_ms=int(self.timeout_s * 1000))
+        state = self.client.get(key, fresh=since is None, min_offset=since,
+                                timeout_ms=int(self.timeout_s * 1000))
         event = None if state.snapshot is None else EffectEvent.from_json(state.snapshot)
         return Seen(event, state.applied_offset)
 

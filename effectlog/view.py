@@ -52,11 +52,14 @@ class AsyncStateView(Protocol):
         ...
 
 
-def seen_by(view: StateView, key: str) -> Seen:
-    """``view.seen(key)`` where the view tells how far its snapshot reaches, else the
-    snapshot alone."""
+def seen_by(view: StateView, key: str, since: int | None = None) -> Seen:
+    """``view.seen(key, since)`` where the view tells how far its snapshot reaches, else the
+    (current) snapshot alone. ``since``: a snapshot that has applied that offset will do; the
+    view need not wait for the log end."""
     seen = getattr(view, "seen", None)
-    return cast(Seen, seen(key)) if seen is not None else Seen(view.current(key))
+    if seen is None:
+        return Seen(view.current(key))
+    return cast(Seen, seen(key) if since is None else seen(key, since))
 
 
 class ThreadedView:
@@ -71,9 +74,9 @@ class ThreadedView:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.view.current, key)
 
-    async def seen(self, key: str) -> Seen:
+    async def seen(self, key: str, since: int | None = None) -> Seen:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, seen_by, self.view, key)
+        return await loop.run_in_executor(self._executor, seen_by, self.view, key, since)
 
     async def accepted(self, event: EffectEvent, position: Position,
                        timeout: float = 10.0) -> bool:
@@ -90,12 +93,12 @@ def as_async_view(view: StateView | AsyncStateView,
     return ThreadedView(cast(StateView, view), executor)
 
 
-async def seen_by_async(view: AsyncStateView, key: str) -> Seen:
+async def seen_by_async(view: AsyncStateView, key: str, since: int | None = None) -> Seen:
     """:func:`seen_by` for an async view."""
     seen = getattr(view, "seen", None)
-    if seen is not None:
-        return cast(Seen, await seen(key))
-    return Seen(await view.current(key))
+    if seen is None:
+        return Seen(await view.current(key))
+    return cast(Seen, await (seen(key) if since is None else seen(key, since)))
 
 
 def decode_events(log: EventLog, key: str, records: list[Record] | None = None

@@ -206,7 +206,7 @@ class AsyncWorker(WorkerBase):
 
     async def _answer(self, request: Request[Any]) -> Any:
         if isinstance(request, Current):
-            return await seen_by_async(self.view, request.key)
+            return await seen_by_async(self.view, request.key, request.since)
         if isinstance(request, Accepted):
             return await self.view.accepted(request.event, request.position, request.timeout)
         return await self._off(answer_log, self.log, self._log_view, request)

@@ -87,9 +87,11 @@ class Request(Generic[R]):
 
 @dataclass(frozen=True, slots=True)
 class Current(Request[Seen]):
-    """The state view's current snapshot of ``key`` (and how far it reaches, if known)."""
+    """The state view's current snapshot of ``key`` (and how far it reaches, if known);
+    with ``since``, a snapshot that has applied that offset will do."""
 
     key: str
+    since: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,17 +176,18 @@ class WorkerCore:
         """Current snapshot of ``key``; in atomic mode also remembers the offset it is at.
 
         Otherwise every transition reads the key first, so a worker whose key was taken over
-        meanwhile is refused before it writes anything: when the key's partition still ends
+        meanwhile is refused before it writes anything. When the key's partition still ends
         where the state this worker last saw of the key reaches (its own accepted write, say)
-        nothing was written since and that state is current (one end-offsets request);
-        else, or when ``fresh``, through the view (one round trip to the projection).
+        nothing was written since and that state is current (one end-offsets request); when
+        it moved on, the projection is asked for the key once it has applied at least that
+        far; a key not seen before (or ``fresh``) is read with everything the log holds.
         """
         if not self.atomic:
             basis = self.basis.get(key)
-            if not fresh and basis is not None and basis.through is not None and (
-                    (yield from ask(PartitionEnd(key))) == basis.through):
-                return basis.event
-            seen = yield from ask(Current(key))
+            since = None if fresh or basis is None else basis.through
+            if since is not None and (yield from ask(PartitionEnd(key))) == since:
+                return basis.event if basis else None
+            seen = yield from ask(Current(key, since - 1 if since else None))
             self._set_basis(key, seen)
             return seen.event
         if fresh or key not in self.known:

@@ -194,7 +194,7 @@ class Worker(WorkerBase):
 
     def _answer(self, request: Request[Any]) -> Any:
         if isinstance(request, Current):
-            return seen_by(self.view, request.key)
+            return seen_by(self.view, request.key, request.since)
         if isinstance(request, Accepted):
             return self.view.accepted(request.event, request.position, request.timeout)
         return answer_log(self.log, self._log_view, request)

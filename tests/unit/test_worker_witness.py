@@ -62,8 +62,8 @@ class SeeingView:
         self.calls: list[str] = []
         self.meanwhile: Callable[[], object] | None = None
 
-    def seen(self, key: str) -> Seen:
-        self.calls.append("seen")
+    def seen(self, key: str, since: int | None = None) -> Seen:
+        self.calls.append("seen" if since is None else "seen since")
         through = self.log.partition_end(EVENTS, self.log.partition_for(EVENTS, key))
         seen = Seen(self.inner.current(key), through)
         if self.meanwhile is not None:
@@ -118,6 +118,9 @@ def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
 
     with pytest.raises(Fenced):
         worker.perform("op-1", KIND, TARGET, {"n": 1}, call)
+    # the partition moved on after the dispatch: the key is read from the projection, as far
+    # as the worker's own dispatch at least, and the stale record is refused unwritten
+    assert view.calls == ["seen", "seen since"]
     events = LogView(log).log.read_key(EVENTS, key("op-1"))
     assert len(events) == 4  # create, reserve, dispatch, the rival's claim: no stale RECORD
     current = LogView(log).current(key("op-1"))

@@ -34,7 +34,9 @@ class KafkaLog(EventLog):
     No network in ``__init__``. Appends from many threads share one producer and each waits
     only for its own delivery reports; an append of several records of one key is one Kafka
     transaction (all or nothing for every ``read_committed`` reader), concurrent ones sharing a
-    commit. Reads share one consumer, one at a time.
+    commit; a worker's CREATE + RESERVE + DISPATCH goes through :meth:`append_ordered` (one
+    ordered produce). Reads share one consumer, one at a time; end-offset requests have a
+    client of their own and do not wait behind a read.
     """
 
     compacted = True  # <prefix>.events is a compacted topic
@@ -45,6 +47,7 @@ class KafkaLog(EventLog):
         self.url = redact_url(url) if url else f"kafka://{settings.bootstrap}?prefix={settings.prefix}"
         self._lock = threading.Lock()  # guards producer creation and replacement
         self._read_lock = threading.Lock()  # the reader serves one thread at a time
+        self._ends_lock = threading.Lock()  # end offsets need not wait behind a long read
         self._producer: AppendProducer | None = None
         self._transactions: TransactionalAppender | None = None
         self._reader = PartitionReader(settings)
@@ -110,7 +113,7 @@ class KafkaLog(EventLog):
             left = handle.close(self.settings.timeout_s)
             if left:
                 log.warning("%d records unacknowledged when closing %s", left, self.url)
-        with self._read_lock:
+        with self._read_lock, self._ends_lock:
             self._reader.close()
             self._checked["reader"].clear()
 
@@ -195,6 +198,8 @@ class KafkaLog(EventLog):
 
     def _ends(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
         name = self.settings.topic(topic)
-        with self._read_lock:
-            self._ensure_reader_topic(name)
+        if name not in self._checked["reader"]:
+            with self._read_lock:
+                self._ensure_reader_topic(name)
+        with self._ends_lock:
             return self._reader.end_offsets(name, list(partitions))
