@@ -8,15 +8,15 @@ restoring or moving) is retried after its ``Retry-After`` until ``retry_for_s`` 
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import quote, urlencode
-
-import urllib3
+from urllib.parse import quote, urlencode, urlsplit
 
 from effectlog.errors import BackendUnavailable, InvalidInput
+from effectlog.http_get import KeepAliveGets
 
 if TYPE_CHECKING:
     from effectlog.log.base import Position
@@ -35,9 +35,6 @@ class KeyState(NamedTuple):
     applied_offset: int | None
     rejected: str | None
     served_by: str
-
-
-POOL_CONNECTIONS = 64
 
 
 def server_list(spec: str | Sequence[str]) -> list[str]:
@@ -60,9 +57,8 @@ class StateClient:
         self.servers = server_list(servers)
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
-        # Keep-alive connections for as many threads as share this client: past ``maxsize``
-        # urllib3 opens a fresh connection per request and drops it after.
-        self._http = urllib3.PoolManager(num_pools=8, maxsize=POOL_CONNECTIONS, retries=False)
+        self._http = KeepAliveGets()
+        self._prefix = [urlsplit(server).path for server in self.servers]  # behind a proxy path
         self._preferred = 0
 
     def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
@@ -104,7 +100,7 @@ class StateClient:
         return figures
 
     def close(self) -> None:
-        self._http.clear()
+        self._http.close()
 
     def __enter__(self) -> StateClient:
         return self
@@ -126,15 +122,13 @@ class StateClient:
                 index = (self._preferred + step) % len(self.servers)
                 server = self.servers[index]
                 try:
-                    response = self._http.request(
-                        "GET", server + path + query,
-                        timeout=urllib3.Timeout(connect=min(2.0, self.timeout_s),
-                                                read=self.timeout_s + wait_s))
-                except urllib3.exceptions.HTTPError as exc:
+                    status, body, headers = self._http.get(
+                        server, self._prefix[index] + path + query,
+                        connect_timeout_s=min(2.0, self.timeout_s),
+                        read_timeout_s=self.timeout_s + wait_s)
+                except (OSError, http.client.HTTPException) as exc:
                     problems.append(f"{server}: {type(exc).__name__}")
                     continue
-                status, body = response.status, response.data
-                headers = {k: v for k, v in response.headers.items()}
                 if status in (200, 404):
                     self._preferred = index
                     return status, body, headers

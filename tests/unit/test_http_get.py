@@ -1,0 +1,88 @@
+"""Keep-alive GETs: connections are reused, a connection the server closed is replaced, a
+server that is gone is an OSError (which the state client turns into trying the next one)."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from effectlog.http_get import KeepAliveGets
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    peers: list[tuple[str, int]] = []
+    close_after_answer = False
+
+    def do_GET(self) -> None:
+        Handler.peers.append(self.client_address)
+        body = self.path.encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("effectlog-partition", "3")
+        self.end_headers()
+        self.wfile.write(body)
+        if Handler.close_after_answer:
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Handler.peers, Handler.close_after_answer = [], False
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def get(gets: KeepAliveGets, server: str, target: str) -> tuple[int, bytes, dict[str, str]]:
+    return gets.get(server, target, connect_timeout_s=2, read_timeout_s=5)
+
+
+def test_one_connection_serves_a_thread_s_gets(server: str) -> None:
+    gets = KeepAliveGets()
+    answers = [get(gets, server, f"/v1/effects/k{i}?fresh=1") for i in range(5)]
+    assert [a[:2] for a in answers] == [(200, f"/v1/effects/k{i}?fresh=1".encode()) for i in range(5)]
+    assert answers[0][2]["Effectlog-Partition"] == "3"  # header names in title case
+    assert len(set(Handler.peers)) == 1
+    gets.close()
+
+
+def test_a_connection_the_server_closed_is_replaced(server: str) -> None:
+    gets = KeepAliveGets()
+    Handler.close_after_answer = True
+    for i in range(3):
+        assert get(gets, server, f"/k{i}")[:2] == (200, f"/k{i}".encode())
+    assert len(set(Handler.peers)) == 3
+    gets.close()
+
+
+def test_threads_do_not_share_connections(server: str) -> None:
+    gets = KeepAliveGets()
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(get(gets, server, "/x")[0]))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == [200] * 4 and len(set(Handler.peers)) == 4
+    gets.close()
+
+
+def test_a_server_that_is_gone_is_an_os_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gets = KeepAliveGets()
+    with pytest.raises(OSError):
+        get(gets, f"http://127.0.0.1:{port}", "/x")
