@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from effectlog.errors import Fenced
+from effectlog.errors import BackendUnavailable, Fenced
 from effectlog.log import EVENTS
 from effectlog.log.base import Position
 from effectlog.log.memory import MemoryLog
 from effectlog.machine import advance
 from effectlog.model import EffectEvent, State, Transition
 from effectlog.view import LogView, Seen
-from effectlog.worker import Worker
+from effectlog.worker import EffectInDoubt, Worker
 
 KIND, TARGET = "email.send", "mailto:a@example.com"
 
@@ -149,3 +149,33 @@ def test_an_explicit_multi_event_write_stays_all_or_nothing(log: PlainLog) -> No
     reserved = advance(created, Transition.RESERVE, "w1")
     worker.write(reserved, advance(reserved, Transition.DISPATCH, "w1"))
     assert "append_many" in log.calls  # Worker.write keeps its promise: one atomic append
+
+
+class DoubtfulLog(PlainLog):
+    """Writes the next ordered append, then reports it as not acknowledged (a produce whose
+    delivery report did not come in time, though the broker has the records)."""
+
+    doubt_next = False
+
+    def append_ordered(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
+        positions = super().append_ordered(topic, items)
+        if self.doubt_next:
+            self.doubt_next = False
+            raise BackendUnavailable("no delivery report within 10s; the append may be durable")
+        return positions
+
+
+def test_an_append_in_doubt_is_never_built_on_the_key_is_read_again() -> None:
+    log = DoubtfulLog()
+    view = SeeingView(log)
+    worker = Worker(log, "w1", view=view)
+    log.doubt_next = True
+    calls: list[str] = []
+    with pytest.raises(BackendUnavailable):
+        worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: calls.append("sent"))
+    assert calls == []  # no provider call without a known, won claim
+    # the dispatch did land: the next perform reads the key afresh and finds it in doubt
+    reads = len(view.calls)
+    with pytest.raises(EffectInDoubt):
+        worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: calls.append("sent"))
+    assert view.calls[reads:] == ["seen"] and calls == []
