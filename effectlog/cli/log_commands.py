@@ -118,7 +118,7 @@ def append(obj: CliContext, verify: bool, server: str | None) -> None:
                 if log.indexed_keys and server is None:
                     _append_line_by_line(log, lines, verify)
                 else:
-                    _append_in_batches(log, lines, verify, server)
+                    _append_in_batches(log, lines, verify, server, obj.timeout_s)
                 break
     finally:
         if log is not None:
@@ -166,14 +166,15 @@ def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]],
 
 
 def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], verify: bool,
-                       server: str | None) -> None:
+                       server: str | None, timeout_s: float) -> None:
     from effectlog.cli.append_batch import BATCH_LINES, run_batch
 
     view = None
     if server is not None:
-        from effectlog.client import ClusterView
+        from effectlog.client import ClusterView, StateClient
 
-        view = ClusterView(server)
+        view = ClusterView(StateClient(server, timeout_s=timeout_s, retry_for_s=timeout_s),
+                           timeout_s=timeout_s)
     batch: list[tuple[int, dict[str, Any]]] = []
     try:
         source = iter(lines)
