@@ -188,8 +188,8 @@ class Feeder:
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
         for proc in self.procs:
-            try:
-                proc.wait(30)
+            try:  # after a broker restart a worker's exit can hang in librdkafka (open issue)
+                proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

