@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.kafka_broker import KafkaBroker
 
 # ---- Kafka broker fixtures (tests/kafka_broker.py) ---------------------------------------
 
@@ -30,3 +34,21 @@ def kafka_url(kafka_bootstrap: str) -> str:
 
 
 # ---- end of Kafka broker fixtures -------------------------------------------------------
+
+# ---- Broker fault fixtures (tests/broker_faults.py) --------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fault_broker() -> Iterator[KafkaBroker]:
+    """An Apache Kafka of the fault tests' own, which they pause, kill and restart (each
+    test leaves it running); started once, as a JVM start costs seconds. Its controller
+    forgets a killed broker's registration after 2 s (default 9 s), so a restart serves
+    again within about 4 s instead of 13."""
+    from tests.kafka_broker import private_broker
+
+    with private_broker({"broker.session.timeout.ms": "2000",
+                         "broker.heartbeat.interval.ms": "500"}) as broker:
+        yield broker
+
+
+# ---- end of broker fault fixtures --------------------------------------------------------

@@ -149,10 +149,11 @@ def _fail_or_skip(message: str) -> None:
 
 
 @contextlib.contextmanager
-def private_broker() -> Iterator[KafkaBroker]:
-    """An Apache Kafka of one test's own (to stop, pause, kill or restart)."""
+def private_broker(overrides: dict[str, str] | None = None) -> Iterator[KafkaBroker]:
+    """An Apache Kafka of one test's own (to stop, pause, kill or restart), with
+    ``overrides`` of its broker settings."""
     with tempfile.TemporaryDirectory(prefix="effectlog-kafka-") as data_dir:
-        broker = KafkaBroker(data_dir)
+        broker = KafkaBroker(data_dir, overrides=overrides)
         try:
             broker.start()
         except Exception as exc:

@@ -81,10 +81,11 @@ server_option = click.option(
                         "comma-separated, fail over).")
 
 
-def _client(server: str) -> StateClient:
+def _client(obj: CliContext, server: str) -> StateClient:
+    """The server client, waiting (and retrying a 503) at most ``--timeout`` seconds."""
     from effectlog.client import StateClient
 
-    return StateClient(server)
+    return StateClient(server, timeout_s=obj.timeout_s, retry_for_s=obj.timeout_s)
 
 
 def _no_projection(obj: CliContext) -> str:
@@ -115,7 +116,7 @@ def get(obj: CliContext, key: str, as_json: bool, catch_up: bool, server: str | 
 
     validate_key(key)
     if server:
-        with _client(server) as client:
+        with _client(obj, server) as client:
             snapshot = client.get(key).snapshot
     else:
         reader = _fresh_reader(obj, ("state",), catch_up)
@@ -158,7 +159,7 @@ def list_effects(obj: CliContext, state: str | None, older_than: str | None, lim
     now = int(time.time() * 1000)
     cutoff = now - _older_than_ms(older_than) if older_than is not None else None
     if server:
-        with _client(server) as client:
+        with _client(obj, server) as client:
             snapshots = client.list(state.upper() if state else None, older_than, limit)
     else:
         states = [state.upper()] if state else list(STATES)
@@ -203,7 +204,7 @@ def stats(obj: CliContext, as_json: bool, catch_up: bool, server: str | None) ->
     Exit 4 when the log cannot be reached (lag needs its end offsets).
     """
     if server:
-        with _client(server) as client:
+        with _client(obj, server) as client:
             figures = client.stats()
     else:
         figures = collect_stats(obj, catch_up)

@@ -260,8 +260,12 @@ class GroupMembership:
             self._read_at = time.monotonic()
             try:
                 stable, owners, members = self._describe()
-            except (KafkaException, BackendUnavailable) as exc:
-                log.info("cannot describe group %s: %s", self.group.group, exc)
+            except (KafkaException, BackendUnavailable, TimeoutError) as exc:
+                log.info("cannot describe group %s: %s", self.group.group,
+                         exc or "no answer in time")
+                # A client that lived through a broker restart can go on timing out
+                # although the broker is back: the next refresh starts a new one.
+                self._admin = None
                 return
             if stable:
                 self._owners = owners

@@ -1,0 +1,50 @@
+"""A worker process for the broker fault tests: the demo's worker, with short timeouts.
+
+One job per stdin line (``{"op", "kind", "target", "payload"}``), one reply line each, as
+:mod:`effectlog.cli.demo.worker_main` answers it (``status``: succeeded, in_doubt, unknown,
+superseded, or error for ``BackendUnavailable`` with its ``detail``; ``ack``; the ``events``
+its appends got back), plus ``elapsed_s``, how long the job took. State is read through
+``serve`` (``--server``) with every wait bounded by ``--timeout`` seconds: the fresh read,
+the acceptance check, the 503 retries.
+
+    python -m tests.fault_worker --log URL --provider fake:///p.db --server URL --id W
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from consumers.providers import load_provider
+from effectlog.cli.demo.worker_main import CrashingWorker, run_job
+from effectlog.client import ClusterView, StateClient
+from effectlog.log import open_log
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--provider", required=True)
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--id", required=True)
+    parser.add_argument("--timeout", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    provider = load_provider(args.provider)
+    client = StateClient(args.server, timeout_s=args.timeout, retry_for_s=args.timeout)
+    log = open_log(args.log)
+    worker = CrashingWorker(log, args.id, view=ClusterView(client, timeout_s=args.timeout),
+                            accept_timeout_s=args.timeout)
+    for line in sys.stdin:
+        started = time.monotonic()
+        reply = run_job(worker, provider, json.loads(line))
+        reply["elapsed_s"] = round(time.monotonic() - started, 3)
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
