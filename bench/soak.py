@@ -24,8 +24,9 @@ Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite|kafka] [--seed
 
 The last line reads ``soak: OPS operations, KILLS kills, DUP duplicate effects, LOST lost
 acknowledged events; the final projection equals a clean rebuild`` (or ``DIFFERS from``);
-the exit status is 0 only when DUP and LOST are 0, the projections are equal and recovery
-went quiet (1 otherwise; 2 bad usage; 4 no broker could be started).
+the exit status is 0 only when DUP and LOST are 0, the projections are equal, recovery
+went quiet and no ``serve`` crashed (exited by itself, except with status 4 at a start while
+the broker was down); 1 otherwise, 2 bad usage, 4 no broker could be started.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Arrangement(Protocol):
     def kills(self) -> dict[str, int]: ...
     def stop_faults(self) -> None: ...
     def caught_up_states(self) -> list[Path]: ...
-    def notes(self) -> str: ...
+    def crashes(self) -> int: ...
+    def notes(self) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -124,8 +126,11 @@ class SqliteArrangement:
     def caught_up_states(self) -> list[Path]:
         return []
 
-    def notes(self) -> str:
-        return f"{self.serve.exits} serve exits by themselves"
+    def crashes(self) -> int:
+        return self.serve.crashes
+
+    def notes(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         pass
@@ -284,15 +289,18 @@ def _soak(args: argparse.Namespace, work: Path, jobs: list[Job], provider: FakeP
     equal = projections_equal(log_url, arrangement, work)
     others = arrangement.kills()
     kills = stats.crashes + sum(others.values())
+    crashes = arrangement.crashes()
     print(f"soak: {stats.crashes} worker kills, "
           + "".join(f"{n} {what} kills, " for what, n in others.items())
-          + f"{arrangement.notes()}, {len(acknowledged.events)} acknowledged events checked, "
+          + "".join(f"{note}, " for note in arrangement.notes())
+          + f"{crashes} serve crashes, {stats.dead_lettered} jobs "
+          f"dead-lettered, {len(acknowledged.events)} acknowledged events checked, "
           f"recovery {'quiet' if quiet else f'NOT quiet ({stuck} stuck)'}, "
           f"{time.monotonic() - started:.0f}s", file=sys.stderr)
     verdict = "equals" if equal else "DIFFERS from"
     print(f"soak: {args.ops} operations, {kills} kills, {duplicates} duplicate effects, "
           f"{lost} lost acknowledged events; the final projection {verdict} a clean rebuild")
-    passed = duplicates == 0 and lost == 0 and equal and quiet
+    passed = duplicates == 0 and lost == 0 and equal and quiet and crashes == 0
     if passed and own_dir:
         shutil.rmtree(work, ignore_errors=True)  # kept when something is wrong, to look at
     return 0 if passed else 1

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from tools.kafka.broker import BrokerError, KafkaBroker
@@ -24,7 +25,8 @@ EFFECTLOG = Path(sys.executable).with_name("effectlog")
 class ServeUnderFire:
     """One ``effectlog serve`` process (``args`` after ``effectlog``), SIGKILLed after a
     seeded random uptime and started again, until :meth:`stop` ends it with SIGTERM.
-    An instance that exits by itself is started again too, and counted in ``exits``."""
+    An instance that exits by itself is started again too; ``exits`` counts those by exit
+    status (4: the log was unreachable when it started; anything else is a crash)."""
 
     def __init__(self, args: list[str], stderr: Path, env: dict[str, str],
                  rng: random.Random, uptime_s: tuple[float, float], name: str = "serve") -> None:
@@ -34,7 +36,7 @@ class ServeUnderFire:
         self.rng = rng
         self.uptime_s = uptime_s
         self.kills = 0
-        self.exits = 0
+        self.exits: Counter[int] = Counter()
         self._stop = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-killer", daemon=True)
@@ -56,12 +58,17 @@ class ServeUnderFire:
                 if self._stop.wait(min(0.2, max(0.0, until - time.monotonic()))):
                     return
             if proc.poll() is not None:  # exited by itself: start it again after a moment
-                self.exits += 1
+                self.exits[proc.returncode] += 1
                 self._stop.wait(1.0)
                 continue
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             self.kills += 1
+
+    @property
+    def crashes(self) -> int:
+        """Exits by itself other than with status 4 (backend unavailable at start)."""
+        return sum(n for code, n in self.exits.items() if code != 4)
 
     def stop(self) -> None:
         """SIGTERM the current instance and wait for it (SIGKILL after 60 s)."""

@@ -84,10 +84,13 @@ class KafkaArrangement:
         """State directories besides the settler's: each caught up before it is compared."""
         return [state for state in self.states[1:] if state.exists()]
 
-    def notes(self) -> str:
-        exits = sum(s.exits for s in self.serves)
-        return (f"broker down {self.broker_fire.down_s:.0f}s in all, "
-                f"{exits} serve exits by themselves")
+    def crashes(self) -> int:
+        return sum(s.crashes for s in self.serves)
+
+    def notes(self) -> list[str]:
+        refused = sum(s.exits[4] for s in self.serves)
+        return [f"broker down {self.broker_fire.down_s:.0f}s in all",
+                f"{refused} serve starts refused while it was down (exit 4)"]
 
     def close(self) -> None:
         self.broker.stop()
