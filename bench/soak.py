@@ -108,7 +108,7 @@ class SqliteArrangement:
         self.serve = ServeUnderFire(
             ["--log", self.log_url, "--state", str(self.settle_state), "serve", "--provider",
              provider_spec, "--metrics-port", "0", "--poll", "250ms",
-             "--stuck-after", f"{STUCK_AFTER_S:g}s", "--command-timeout", "3s"],
+             "--stuck-after", f"{STUCK_AFTER_S * 1000:.0f}ms", "--command-timeout", "3s"],
             work / "serve.log", env, random.Random(seed), serve_uptime_s)
 
     def start(self) -> None:

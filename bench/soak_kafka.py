@@ -49,8 +49,8 @@ class KafkaArrangement:
         self.serves = [
             ServeUnderFire(["--log", self.log_url, "--state", str(state), "serve",
                             "--http", f"127.0.0.1:{port}", "--provider", provider_spec,
-                            "--poll", "1s", "--stuck-after", f"{self.stuck_after_s:g}s",
-                            "--command-timeout", f"{2 * self.stuck_after_s:g}s",
+                            "--poll", "1s", "--stuck-after", f"{self.stuck_after_s * 1000:.0f}ms",
+                            "--command-timeout", f"{2000 * self.stuck_after_s:.0f}ms",
                             "--session-timeout", SESSION_TIMEOUT],
                            work / f"serve-{i}.log", env, random.Random(seed * 1000 + i),
                            serve_uptime_s, name=f"serve{i}")
