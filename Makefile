@@ -53,7 +53,8 @@ console-screenshots: $(STAMP)
 	EFFECTLOG_CONSOLE_SCREENSHOTS=docs $(PY) -m pytest -q tests/browser
 
 # The soak (bench/soak.py): OPS operations by WORKERS worker processes, workers and `serve`
-# SIGKILLed, recovery until quiet; the last line gives kills, duplicates and lost events.
+# SIGKILLed (LOG=kafka: two serve instances and its own broker too), recovery until quiet;
+# the last line gives kills, duplicates and lost events.
 OPS     ?= 10000
 WORKERS ?= 4
 LOG     ?= sqlite

@@ -2,10 +2,12 @@
 
 It reuses the demo's engine (``effectlog.cli.demo``): the seeded workload with its crash
 points and provider faults, the at-least-once job queue whose worker processes kill
-themselves at transition boundaries, and the demo's settler. Beside the workers runs a real
-``effectlog serve`` process (projector, recovery and reconciler) that is itself SIGKILLed
-at seeded random moments and restarted. When every job is acknowledged, ``serve`` is
-stopped and recovery runs until quiet (nothing RESERVED, DISPATCHED or UNKNOWN is left).
+themselves at transition boundaries, and the demo's settler. Beside the workers run real
+``effectlog serve`` processes (projector, recovery and reconciler), each SIGKILLed at seeded
+random moments and restarted: one on SQLite; on Kafka (``bench/soak_kafka.py``) several
+sharing the partitions, which the workers read state through, while the soak's own Apache
+Kafka broker is SIGKILLed and restarted too. When every job is acknowledged, the faults stop
+and recovery runs until quiet (nothing RESERVED, DISPATCHED or UNKNOWN is left).
 
 Checked at the end, from sources independent of effectlog's own bookkeeping:
 
@@ -14,14 +16,17 @@ Checked at the end, from sources independent of effectlog's own bookkeeping:
 - lost acknowledged events: every event id whose append returned to a worker that lived
   to reply must be in the log, and every job a worker reported settled (succeeded or
   failed) must be settled the same way in the final projection;
-- the final projection, killed and resumed many times, digests equal to a clean rebuild.
+- the final projection, killed and resumed many times, digests equal to a clean rebuild
+  (on Kafka so does every other instance's copy, caught up from its stored offsets).
 
-Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite] [--seed N] [--dir DIR]
+Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite|kafka] [--seed N] [--dir DIR]
 (without --dir it works in a fresh temporary directory, removed when every check passed)
 
 The last line reads ``soak: OPS operations, KILLS kills, DUP duplicate effects, LOST lost
 acknowledged events; the final projection equals a clean rebuild`` (or ``DIFFERS from``);
-the exit status is 0 only when DUP and LOST are 0 and the projections are equal.
+the exit status is 0 only when DUP and LOST are 0, the projections are equal, recovery
+went quiet and no ``serve`` crashed (exited by itself, except with status 4 at a start while
+the broker was down); 1 otherwise, 2 bad usage, 4 no broker could be started.
 """
 
 from __future__ import annotations
@@ -30,17 +35,16 @@ import argparse
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import _common  # noqa: F401 - puts the repository on sys.path
+from soak_drivers import ServeUnderFire
 
 from consumers.providers.fake import FakeProvider
 from effectlog.cli.demo.pool import QueueStats, WorkerPool
@@ -54,9 +58,9 @@ from effectlog.model import State
 from projections import open_reader
 from projections.projector import project
 from projections.rocksdb.digest import projection_digest
+from tools.kafka.broker import BrokerError
 
-EFFECTLOG = Path(sys.executable).with_name("effectlog")
-STUCK_AFTER = "1500ms"  # as the demo on SQLite: slow answers (2.5-3.5 s) get taken over
+STUCK_AFTER_S = 1.5  # as the demo on SQLite: slow answers (2.5-3.5 s) get taken over
 
 
 @dataclass
@@ -65,63 +69,71 @@ class Acknowledged:
 
     events: set[str] = field(default_factory=set)
     settled: dict[str, str] = field(default_factory=dict)  # key -> succeeded | failed
+    errors: Counter[str] = field(default_factory=Counter)  # deliveries the log refused
 
     def add(self, job: Job, reply: dict[str, Any]) -> None:
         self.events.update(reply.get("events", ()))
+        if reply.get("status") == "error":
+            self.errors[str(reply.get("detail"))[:120]] += 1
         if reply.get("status") in ("succeeded", "failed"):
             self.settled[job.key] = str(reply["status"])
 
 
-class ServeUnderFire:
-    """One ``effectlog serve`` process, SIGKILLed after a seeded random uptime and started
-    again, until :meth:`stop` ends it with SIGTERM."""
+class Arrangement(Protocol):
+    """Where the soak's log lives and what it kills besides the workers."""
 
-    def __init__(self, log_url: str, state: Path, provider_spec: str, work: Path,
-                 rng: random.Random, uptime_s: tuple[float, float]) -> None:
-        self.args = [str(EFFECTLOG), "--log", log_url, "--state", str(state), "serve",
-                     "--provider", provider_spec, "--metrics-port", "0", "--poll", "250ms",
-                     "--stuck-after", STUCK_AFTER, "--command-timeout", "3s"]
-        self.work = work
-        self.rng = rng
-        self.uptime_s = uptime_s
-        self.kills = 0
-        self._stop = threading.Event()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._run, name="serve-killer", daemon=True)
-        # Secondary readers keep scratch directories in TMPDIR; a killed serve leaves its own.
-        self._env = {**os.environ, "TMPDIR": str(work / "tmp")}
-        (work / "tmp").mkdir(exist_ok=True)
+    log_url: str
+    settle_state: Path  # recovery until quiet runs here: the final projection
+    stuck_after_s: float
 
-    def start(self) -> ServeUnderFire:
-        self._thread.start()
-        return self
+    def start(self) -> None: ...
+    def worker_args(self) -> list[str]: ...
+    def kills(self) -> dict[str, int]: ...
+    def stop_faults(self) -> None: ...
+    def caught_up_states(self) -> list[Path]: ...
+    def crashes(self) -> int: ...
+    def notes(self) -> list[str]: ...
+    def close(self) -> None: ...
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        with (self.work / "serve.log").open("ab") as err:
-            return subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=err,
-                                    env=self._env)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._proc = self._spawn()
-            if self._stop.wait(self.rng.uniform(*self.uptime_s)):
-                return
-            self._proc.send_signal(signal.SIGKILL)
-            self._proc.wait()
-            self.kills += 1
+class SqliteArrangement:
+    """A SQLite log and one ``effectlog serve`` under fire on its state directory."""
 
-    def stop(self) -> None:
-        """SIGTERM the current instance and wait for it (SIGKILL after 60 s)."""
-        self._stop.set()
-        self._thread.join(30)
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    stuck_after_s = STUCK_AFTER_S
+
+    def __init__(self, work: Path, provider_spec: str, seed: int, env: dict[str, str], *,
+                 serve_uptime_s: tuple[float, float]) -> None:
+        self.log_url, self.settle_state = f"sqlite:///{work}/log.db", work / "state"
+        open_log(self.log_url).close()
+        self.serve = ServeUnderFire(
+            ["--log", self.log_url, "--state", str(self.settle_state), "serve", "--provider",
+             provider_spec, "--metrics-port", "0", "--poll", "250ms",
+             "--stuck-after", f"{STUCK_AFTER_S * 1000:.0f}ms", "--command-timeout", "3s"],
+            work / "serve.log", env, random.Random(seed), serve_uptime_s)
+
+    def start(self) -> None:
+        self.serve.start()
+
+    def worker_args(self) -> list[str]:
+        return []
+
+    def kills(self) -> dict[str, int]:
+        return {"serve": self.serve.kills}
+
+    def stop_faults(self) -> None:
+        self.serve.stop()
+
+    def caught_up_states(self) -> list[Path]:
+        return []
+
+    def crashes(self) -> int:
+        return self.serve.crashes
+
+    def notes(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 def logged_event_ids(log_url: str) -> set[str]:
@@ -154,30 +166,60 @@ def settled_differently(state: Path, settled: dict[str, str]) -> int:
         reader.close()
 
 
+def projections_equal(log_url: str, arrangement: Arrangement, work: Path) -> bool:
+    """The final projection, and every other copy caught up from its stored offsets, digest
+    equal to a clean rebuild of the whole log."""
+    project(open_log(log_url, create=False), work / "clean")
+    clean = projection_digest(work / "clean")
+    equal = projection_digest(arrangement.settle_state) == clean
+    for state in arrangement.caught_up_states():
+        project(open_log(log_url, create=False), state)
+        same = projection_digest(state) == clean
+        print(f"soak: {state.name} caught up from its stored offsets: "
+              f"{'equals' if same else 'DIFFERS from'} the clean rebuild", file=sys.stderr)
+        equal = equal and same
+    return equal
+
+
+def arrange(args: argparse.Namespace, work: Path, spec: str, env: dict[str, str]) -> Arrangement:
+    serve_uptime = _span(args.serve_uptime or ("1.5-4" if args.log == "sqlite" else "8-20"))
+    if args.log == "sqlite":
+        return SqliteArrangement(work, spec, args.seed, env, serve_uptime_s=serve_uptime)
+    from soak_kafka import KafkaArrangement
+
+    return KafkaArrangement(work, spec, args.seed, env, serves=args.serves,
+                            serve_uptime_s=serve_uptime,
+                            broker_every_s=_span(args.broker_every))
+
+
+def _span(text: str) -> tuple[float, float]:
+    low, high = (float(x) for x in text.split("-"))
+    return low, high
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=int(os.environ.get("OPS", "1000")))
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "4")))
-    parser.add_argument("--log", default=os.environ.get("LOG", "sqlite"), choices=["sqlite", "kafka"])
+    parser.add_argument("--log", default=os.environ.get("LOG", "sqlite"),
+                        choices=["sqlite", "kafka"])
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SEED", "7")))
     parser.add_argument("--crash-rate", type=float, default=0.1)
-    parser.add_argument("--serve-uptime", default="1.5-4", metavar="A-B",
-                        help="seconds a serve instance lives before its SIGKILL")
+    parser.add_argument("--serve-uptime", default=None, metavar="A-B",
+                        help="seconds a serve instance lives before its SIGKILL "
+                             "(default 1.5-4 on SQLite, 8-20 on Kafka)")
+    parser.add_argument("--serves", type=int, default=2,
+                        help="serve instances on Kafka (each with its own state directory)")
+    parser.add_argument("--broker-every", default="40-80", metavar="A-B",
+                        help="seconds between SIGKILLs of the Kafka broker")
     parser.add_argument("--dir", default=None, help="work directory (default: a fresh temp dir)")
     args = parser.parse_args()
-    if args.log != "sqlite":
-        print("soak: LOG=kafka needs the Apache Kafka launcher; only LOG=sqlite runs so far",
-              file=sys.stderr)
-        return 2
     own_dir = args.dir is None
     work = Path(args.dir or tempfile.mkdtemp(prefix="effectlog-soak-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
     if any(work.iterdir()):
         print(f"soak: {work} is not empty; give a fresh --dir", file=sys.stderr)
         return 2
-    low, high = (float(x) for x in args.serve_uptime.split("-"))
-    log_url, state = f"sqlite:///{work}/log.db", work / "state"
-    open_log(log_url).close()
     jobs = generate(WorkloadSettings(operations=args.ops, crash_rate=args.crash_rate,
                                      seed=args.seed))
     provider = FakeProvider(work / "provider.db", dedupe=False)
@@ -185,55 +227,80 @@ def main() -> int:
         if job.lookup_outage:
             provider.inject_lookup_outage(job.lookup_outage, key=job.key)
     spec = f"fake://{work / 'provider.db'}?dedupe=0"
+    # A killed process may leave a projection reader's scratch directory in TMPDIR.
+    (work / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(work / "tmp")}
     started = time.monotonic()
-    print(f"soak: {args.ops} operations, {args.workers} workers, seed {args.seed}, in {work}",
-          file=sys.stderr)
+    print(f"soak: {args.ops} operations, {args.workers} workers, seed {args.seed}, "
+          f"{args.log}, in {work}", file=sys.stderr)
+    try:
+        arrangement = arrange(args, work, spec, env)
+    except BrokerError as exc:
+        print(f"soak: Apache Kafka could not start: {exc}", file=sys.stderr)
+        return 4
+    try:
+        return _soak(args, work, jobs, provider, spec, env, arrangement, started, own_dir)
+    finally:
+        arrangement.close()
+        provider.close()
 
-    serve = ServeUnderFire(log_url, state, spec, work, random.Random(args.seed), (low, high))
+
+def _soak(args: argparse.Namespace, work: Path, jobs: list[Job], provider: FakeProvider,
+          spec: str, env: dict[str, str], arrangement: Arrangement, started: float,
+          own_dir: bool) -> int:
+    log_url = arrangement.log_url
     acknowledged = Acknowledged()
     last = [0.0]
 
     def progress(stats: QueueStats) -> None:
         if time.monotonic() - last[0] >= 10:
             last[0] = time.monotonic()
+            kills = ", ".join(f"{n} {what} kills" for what, n in arrangement.kills().items())
             print(f"soak: {stats.done}/{stats.jobs} jobs, {stats.crashes} worker kills, "
-                  f"{serve.kills} serve kills", file=sys.stderr)
+                  f"{kills}", file=sys.stderr)
 
     def command(name: str) -> list[str]:
         return [sys.executable, "-m", "effectlog.cli.demo.worker_main", "--log", log_url,
-                "--state", str(state), "--provider", spec, "--id", name]
+                "--state", str(work / "worker-state"), "--provider", spec, "--id", name,
+                *arrangement.worker_args()]
 
-    serve.start()
+    arrangement.start()
     try:
         with (work / "workers.log").open("ab") as stderr:
-            stats = WorkerPool(jobs, args.workers, command, stderr, progress,
+            stats = WorkerPool(jobs, args.workers, command, stderr, progress, env=env,
                                on_reply=acknowledged.add).run()
     finally:
-        serve.stop()
-    print(f"soak: workload done in {time.monotonic() - started:.0f}s; recovery until quiet",
-          file=sys.stderr)
-    settler = Settler(log_url, state, provider).start()
+        arrangement.stop_faults()
+    for detail, n in acknowledged.errors.most_common(5):
+        print(f"soak: {n} deliveries answered: {detail}", file=sys.stderr)
+    print(f"soak: workload done in {time.monotonic() - started:.0f}s "
+          f"({stats.dead_lettered} dead-lettered); recovery until quiet", file=sys.stderr)
+    settler = Settler(log_url, arrangement.settle_state, provider,
+                      stuck_after_s=arrangement.stuck_after_s).start()
     try:
         quiet = settler.settle(within_s=300)
         stuck = settler.stuck()
     finally:
         settler.close()
-        provider.close()
 
     duplicates = provider_figures(work / "provider.db").duplicates
     lost = len(acknowledged.events - logged_event_ids(log_url))
-    lost += settled_differently(state, acknowledged.settled)
-    project(open_log(log_url, create=False), work / "clean")
-    equal = projection_digest(state) == projection_digest(work / "clean")
-    kills = stats.crashes + serve.kills
-    print(f"soak: {stats.crashes} worker kills, {serve.kills} serve kills, "
-          f"{len(acknowledged.events)} acknowledged events checked, recovery "
-          f"{'quiet' if quiet else f'NOT quiet ({stuck} stuck)'}, "
+    lost += settled_differently(arrangement.settle_state, acknowledged.settled)
+    equal = projections_equal(log_url, arrangement, work)
+    others = arrangement.kills()
+    kills = stats.crashes + sum(others.values())
+    crashes = arrangement.crashes()
+    print(f"soak: {stats.crashes} worker kills, "
+          + "".join(f"{n} {what} kills, " for what, n in others.items())
+          + "".join(f"{note}, " for note in arrangement.notes())
+          + f"{crashes} serve crashes, {stats.dead_lettered} jobs "
+          f"dead-lettered, {len(acknowledged.events)} acknowledged events checked, "
+          f"recovery {'quiet' if quiet else f'NOT quiet ({stuck} stuck)'}, "
           f"{time.monotonic() - started:.0f}s", file=sys.stderr)
     verdict = "equals" if equal else "DIFFERS from"
     print(f"soak: {args.ops} operations, {kills} kills, {duplicates} duplicate effects, "
           f"{lost} lost acknowledged events; the final projection {verdict} a clean rebuild")
-    passed = duplicates == 0 and lost == 0 and equal and quiet
+    passed = duplicates == 0 and lost == 0 and equal and quiet and crashes == 0
     if passed and own_dir:
         shutil.rmtree(work, ignore_errors=True)  # kept when something is wrong, to look at
     return 0 if passed else 1

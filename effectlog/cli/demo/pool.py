@@ -2,13 +2,15 @@
 
 Each worker process holds at most one job. A job is dropped only when its worker
 acknowledges it; when a worker dies (the demo SIGKILLs them) its job goes back to the
-queue and a replacement process starts, as a job queue re-delivers after a crash.
+queue and a replacement process starts, as a job queue re-delivers after a crash. A job
+its worker gave back (the log unreachable) is delivered again after a growing delay.
 Workers speak JSON lines: a job on stdin, a reply on stdout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import logging
 import os
@@ -28,6 +30,11 @@ logger = logging.getLogger(__name__)
 
 MAX_DELIVERIES = 10  # then the job is dead-lettered
 MAX_FAILURES = 5     # worker processes in a row that die without being killed: give up
+#: A job whose worker could not reach the log waits before its next delivery, doubling from
+#: this up to RETRY_CAP_S (about 25 s in all before a dead letter): an outage of the log or
+#: of every serve instance is waited out rather than burning the deliveries in a second.
+RETRY_BASE_S = 0.2
+RETRY_CAP_S = 5.0
 
 
 @dataclass
@@ -78,6 +85,7 @@ class WorkerPool:
         self.on_progress = on_progress
         self.stats = QueueStats(jobs=len(jobs))
         self._pending: deque[tuple[int, int]] = deque((i, 1) for i in range(len(jobs)))
+        self._delayed: list[tuple[float, int, int]] = []  # (due, job index, delivery), a heap
         self._selector = selectors.DefaultSelector()
         self._started = 0
         self._failures_in_a_row = 0
@@ -88,6 +96,9 @@ class WorkerPool:
         last_report = 0.0
         try:
             while self.stats.done < len(self.jobs):
+                while self._delayed and self._delayed[0][0] <= time.monotonic():
+                    _, index, delivery = heapq.heappop(self._delayed)
+                    self._pending.append((index, delivery))
                 for slot in slots:
                     if slot.holding is None and self._pending:
                         self._deliver(slot)
@@ -155,7 +166,7 @@ class WorkerPool:
         if reply.get("ack"):
             self.stats.acked += 1
         else:
-            self._again(index, delivery)
+            self._again(index, delivery, min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (delivery - 1)))
 
     def _died(self, slot: _Slot, slots: list[_Slot]) -> None:
         assert slot.proc.stdout is not None
@@ -175,13 +186,16 @@ class WorkerPool:
                                  f"(last: exit {code}); their stderr is in the demo's workers.log")
         slots[slots.index(slot)] = self._spawn()
 
-    def _again(self, index: int, delivery: int) -> None:
+    def _again(self, index: int, delivery: int, delay_s: float = 0.0) -> None:
         if delivery >= MAX_DELIVERIES:
             self.stats.dead_lettered += 1
             logger.warning("job %s dead-lettered after %d deliveries",
                            self.jobs[index].operation_id, delivery)
             return
-        self._pending.append((index, delivery + 1))
+        if delay_s > 0:
+            heapq.heappush(self._delayed, (time.monotonic() + delay_s, index, delivery + 1))
+        else:
+            self._pending.append((index, delivery + 1))
 
     def _stop(self, slot: _Slot) -> None:
         if slot.proc.poll() is None:

@@ -48,9 +48,9 @@ def topic_id(settings: KafkaSettings, name: str) -> str:
             raise LogMissing(f"kafka topic {name} does not exist on {settings.bootstrap}: "
                              "create it with `effectlog topics create`") from None
         raise _unavailable(settings, exc) from None
-    except TimeoutError:  # the future's own wait ran out before librdkafka's request timeout
+    except TimeoutError:  # the broker did not answer within timeout_s (it is down)
         raise BackendUnavailable(f"kafka broker {settings.bootstrap} unreachable: no answer "
-                                 f"describing topic {name} within {settings.timeout_s}s") from None
+                                 f"describing {name} within {settings.timeout_s:g}s") from None
     finally:
         admin.poll(0)
 

@@ -203,11 +203,29 @@ class GroupSource(RecordSource):
         partitions = sorted(tp.partition for tp in tps)
         if not partitions or self._listener is None:
             return
-        self._read_command_offsets(consumer, partitions)
-        starts = self._listener.assigned(partitions)
+        starts = self._taken(consumer, partitions, self._listener)
         consumer.incremental_assign([TP(self.topic, p, int(starts.get(p, 0)))
                                      for p in partitions])
         self.rebalanced.set()
+
+    def _taken(self, consumer: Consumer, partitions: list[int],
+               listener: AssignmentListener) -> Mapping[int, int]:
+        """Read the commands offsets and let the listener open ``partitions``; a broker
+        that went away meanwhile is waited for: the group counts the partitions as ours,
+        and giving up would leave them unconsumed. Past ``max_poll_interval_ms`` the group
+        has dropped this member anyway, and the error is raised."""
+        deadline = time.monotonic() + self.group.max_poll_interval_ms / 1000
+        pause = 0.25
+        while True:
+            try:
+                self._read_command_offsets(consumer, partitions)
+                return listener.assigned(partitions)
+            except BackendUnavailable as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("taking partitions %s: %s; trying again", partitions, exc)
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
 
     def _on_revoke(self, consumer: Consumer, tps: list[TP]) -> None:
         self._hand_back(consumer, tps, lost=False)
@@ -276,6 +294,10 @@ class GroupMembership:
     def _describe(self) -> tuple[bool, dict[int, str], list[str]]:
         if self._admin is None:
             self._admin = AdminClient(self.settings.client_config())
+        # Only ask while a broker answers: a DescribeConsumerGroups whose coordinator lookup
+        # is still queued when its timeout passes can abort the process once the broker is
+        # back (librdkafka issue #4605: rd_kafka_enq_once_del_source_return assertion).
+        self._admin.list_topics(self.topic, timeout=min(2.0, self.settings.timeout_s))
         futures = self._admin.describe_consumer_groups([self.group.group],
                                                        request_timeout=self.settings.timeout_s)
         description = futures[self.group.group].result(timeout=self.settings.timeout_s)

@@ -1,0 +1,122 @@
+"""The soak's fault drivers: processes SIGKILLed at seeded moments and started again.
+
+:class:`ServeUnderFire` keeps one ``effectlog serve`` process alive and SIGKILLs it after a
+seeded random uptime; :class:`BrokerUnderFire` SIGKILLs the Apache Kafka broker every seeded
+random interval and starts it again on the same ports and data. Each runs in its own thread
+until :meth:`stop`.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from tools.kafka.broker import BrokerError, KafkaBroker
+
+EFFECTLOG = Path(sys.executable).with_name("effectlog")
+
+
+class ServeUnderFire:
+    """One ``effectlog serve`` process (``args`` after ``effectlog``), SIGKILLed after a
+    seeded random uptime and started again, until :meth:`stop` ends it with SIGTERM.
+    An instance that exits by itself is started again too; ``exits`` counts those by exit
+    status (4: the log was unreachable when it started; anything else is a crash)."""
+
+    def __init__(self, args: list[str], stderr: Path, env: dict[str, str],
+                 rng: random.Random, uptime_s: tuple[float, float], name: str = "serve") -> None:
+        self.args = [str(EFFECTLOG), *args]
+        self.stderr = stderr
+        self.env = env
+        self.rng = rng
+        self.uptime_s = uptime_s
+        self.kills = 0
+        self.exits: Counter[int] = Counter()
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread = threading.Thread(target=self._run, name=f"{name}-killer", daemon=True)
+
+    def start(self) -> ServeUnderFire:
+        self._thread.start()
+        return self
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.stderr.open("ab") as err:
+            return subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=err,
+                                    stdin=subprocess.DEVNULL, env=self.env)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            proc = self._proc = self._spawn()
+            until = time.monotonic() + self.rng.uniform(*self.uptime_s)
+            while proc.poll() is None and time.monotonic() < until:
+                if self._stop.wait(min(0.2, max(0.0, until - time.monotonic()))):
+                    return
+            if proc.poll() is not None:  # exited by itself: start it again after a moment
+                self.exits[proc.returncode] += 1
+                self._stop.wait(1.0)
+                continue
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.kills += 1
+
+    @property
+    def crashes(self) -> int:
+        """Exits by itself other than with status 4 (backend unavailable at start)."""
+        return sum(n for code, n in self.exits.items() if code != 4)
+
+    def stop(self) -> None:
+        """SIGTERM the current instance and wait for it (SIGKILL after 60 s)."""
+        self._stop.set()
+        self._thread.join(30)
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class BrokerUnderFire:
+    """SIGKILLs ``broker`` every seeded random ``every_s`` seconds and restarts it (same
+    ports, same data), until :meth:`stop`; the broker is left running."""
+
+    def __init__(self, broker: KafkaBroker, rng: random.Random,
+                 every_s: tuple[float, float]) -> None:
+        self.broker = broker
+        self.rng = rng
+        self.every_s = every_s
+        self.kills = 0
+        self.down_s = 0.0  # total seconds from a SIGKILL until the broker answered again
+        self.error: BrokerError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="broker-killer", daemon=True)
+
+    def start(self) -> BrokerUnderFire:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.rng.uniform(*self.every_s)):
+            killed = time.monotonic()
+            self.broker.kill()
+            self.kills += 1
+            try:
+                self.broker.start()
+            except BrokerError as exc:  # reported by the soak; the checks will fail
+                self.error = exc
+                return
+            finally:
+                self.down_s += time.monotonic() - killed
+
+    def stop(self) -> None:
+        """No more kills; waits for a restart under way to finish."""
+        self._stop.set()
+        self._thread.join(120)
