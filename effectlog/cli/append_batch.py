@@ -45,6 +45,11 @@ class _Recorder(EventLog):
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         return [self.append(topic, key, value) for key, value in items]
 
+    def partition_end(self, topic: str, partition: int) -> int:
+        """No end while planning: -1 matches no state a read reached, so every step asks
+        the batch's view."""
+        return -1
+
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:
         raise NotImplementedError("a batch is planned against the states read for it")

@@ -28,14 +28,8 @@ from effectlog.view import (
     seen_by_async,
 )
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
-from effectlog.worker.core import (
-    Accepted,
-    Current,
-    Request,
-    Steps,
-    WorkerCore,
-    default_worker_id,
-)
+from effectlog.worker.core import WorkerCore, default_worker_id
+from effectlog.worker.requests import Accepted, Current, Request, Steps
 from effectlog.worker.sync import answer_log
 from effectlog.worker.views import default_view
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 from effectlog.codec import event_codec
 from effectlog.errors import (
@@ -38,6 +37,17 @@ from effectlog.machine import (
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.text import check_free_text
 from effectlog.view import Seen
+from effectlog.worker.requests import (
+    Accepted,
+    Append,
+    AppendAfter,
+    Current,
+    CurrentAt,
+    PartitionEnd,
+    Request,
+    Steps,
+    ask,
+)
 
 logger = logging.getLogger("effectlog.worker")
 
@@ -77,74 +87,6 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-# -- the requests a shell answers --------------------------------------------------------
-
-class Request(Generic[R]):
-    """One I/O step the core asks its shell to perform; ``R`` is the answer's type."""
-
-    __slots__ = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Current(Request[Seen]):
-    """The state view's current snapshot of ``key`` (and how far it reaches, if known);
-    with ``since``, a snapshot that has applied that offset will do."""
-
-    key: str
-    since: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted(Request[bool]):
-    """The state view's verdict: was ``event``, appended at ``position``, accepted?"""
-
-    event: EffectEvent
-    position: Position
-    timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentAt(Request["tuple[EffectEvent | None, int | None]"]):
-    """The key's snapshot folded from the log, with the offset of its last record."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionEnd(Request[int]):
-    """The next offset to be written to ``key``'s partition (one ListOffsets on Kafka)."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Append(Request["list[Position]"]):
-    """Durably append the encoded events of ``key`` as one append: all or none when
-    ``atomic``, else in order (a failed append may have written some of them)."""
-
-    key: str
-    data: tuple[bytes, ...]
-    atomic: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class AppendAfter(Request["list[Position] | None"]):
-    """Append, all or none, only if the key's last record is at ``last_offset``."""
-
-    key: str
-    data: tuple[bytes, ...]
-    last_offset: int | None
-
-
-Steps: TypeAlias = Generator[Request[Any], Any, R]
-
-
-def ask(request: Request[R]) -> Steps[R]:
-    """Yield ``request`` to the shell and return its answer, typed."""
-    answer: R = yield request
-    return answer
-
-
 # -- the core ----------------------------------------------------------------------------
 
 class WorkerCore:
@@ -176,18 +118,23 @@ class WorkerCore:
         """Current snapshot of ``key``; in atomic mode also remembers the offset it is at.
 
         Otherwise every transition reads the key first, so a worker whose key was taken over
-        meanwhile is refused before it writes anything. When the key's partition still ends
-        where the state this worker last saw of the key reaches (its own accepted write, say)
-        nothing was written since and that state is current (one end-offsets request); when
-        it moved on, the projection is asked for the key once it has applied at least that
-        far; a key not seen before (or ``fresh``) is read with everything the log holds.
+        meanwhile is refused before it writes anything. It starts with the partition's end
+        offset (one ListOffsets): when the partition still ends where the state this worker
+        last saw of the key reaches (its own accepted write, say), nothing was written since
+        and that state is current; an empty partition holds no effect. Otherwise the view is
+        asked for the key once its projection has applied that end (``fresh`` or a key not
+        seen before), or at least as far as the state this worker last saw.
         """
         if not self.atomic:
-            basis = self.basis.get(key)
-            since = None if fresh or basis is None else basis.through
-            if since is not None and (yield from ask(PartitionEnd(key))) == since:
-                return basis.event if basis else None
-            seen = yield from ask(Current(key, since - 1 if since else None))
+            basis = None if fresh else self.basis.get(key)
+            end = yield from ask(PartitionEnd(key))
+            if basis is not None and basis.through == end:
+                return basis.event
+            if end == 0:
+                seen = Seen(None, 0)
+            else:
+                reached = end if basis is None or not basis.through else basis.through
+                seen = yield from ask(Current(key, reached - 1))
             self._set_basis(key, seen)
             return seen.event
         if fresh or key not in self.known:

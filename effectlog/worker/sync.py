@@ -12,7 +12,8 @@ from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
 from effectlog.view import LogView, StateView, decode_events, seen_by
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
-from effectlog.worker.core import (
+from effectlog.worker.core import WorkerCore, default_worker_id
+from effectlog.worker.requests import (
     Accepted,
     Append,
     AppendAfter,
@@ -21,8 +22,6 @@ from effectlog.worker.core import (
     PartitionEnd,
     Request,
     Steps,
-    WorkerCore,
-    default_worker_id,
 )
 from effectlog.worker.views import default_view
 

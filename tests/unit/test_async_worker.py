@@ -303,6 +303,7 @@ class AsyncLogView:
 
 def test_an_async_view_is_awaited_natively_and_judges_every_write() -> None:
     log = NonAtomicLog()
+    Worker(log, "w0").create("op-0", KIND, "mailto:b@example.com", {})  # partition not empty
     view = AsyncLogView(log)
 
     async def main() -> Any:

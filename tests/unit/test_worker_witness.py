@@ -81,7 +81,21 @@ class SeeingView:
 
 @pytest.fixture
 def log() -> PlainLog:
-    return PlainLog()
+    """A log whose partition already holds another effect (an empty partition holds no
+    effect, so a worker would not even ask the view)."""
+    log = PlainLog()
+    Worker(log, "w0").create("op-0", KIND, "mailto:someone@example.com", {"n": 0})
+    log.calls.clear()
+    return log
+
+
+def test_an_empty_partition_needs_no_read() -> None:
+    log = PlainLog()
+    view = SeeingView(log)
+    Worker(log, "w1", view=view).perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent")
+    assert view.calls == []
+    final = LogView(log).current(key("op-1"))
+    assert final is not None and final.state is State.SUCCEEDED
 
 
 def test_a_perform_with_nothing_in_between_needs_one_read_and_no_acceptance_read(
@@ -89,7 +103,7 @@ def test_a_perform_with_nothing_in_between_needs_one_read_and_no_acceptance_read
     view = SeeingView(log)
     worker = Worker(log, "w1", view=view)
     assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
-    assert view.calls == ["seen"]
+    assert view.calls == ["seen since"]
     # create+reserve+dispatch in one ordered append (no transaction), then one end-offsets
     # request proves nothing came in between before the record
     assert [c for c in log.calls if c != "partition_end"] == ["append_ordered"]
@@ -103,7 +117,7 @@ def test_a_record_of_another_key_in_between_makes_the_worker_ask(log: PlainLog) 
     view.meanwhile = lambda: other.create("op-other", KIND, TARGET, {"n": 2})
     worker = Worker(log, "w1", view=view)
     worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent")
-    assert view.calls[:2] == ["seen", "accepted"]  # the dispatch no longer sits at `through`
+    assert view.calls[:2] == ["seen since", "accepted"]  # the dispatch no longer sits at `through`
 
 
 def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
@@ -120,7 +134,7 @@ def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
         worker.perform("op-1", KIND, TARGET, {"n": 1}, call)
     # the partition moved on after the dispatch: the key is read from the projection, as far
     # as the worker's own dispatch at least, and the stale record is refused unwritten
-    assert view.calls == ["seen", "seen since"]
+    assert view.calls == ["seen since", "seen since"]
     events = LogView(log).log.read_key(EVENTS, key("op-1"))
     assert len(events) == 4  # create, reserve, dispatch, the rival's claim: no stale RECORD
     current = LogView(log).current(key("op-1"))
@@ -167,6 +181,7 @@ class DoubtfulLog(PlainLog):
 
 def test_an_append_in_doubt_is_never_built_on_the_key_is_read_again() -> None:
     log = DoubtfulLog()
+    Worker(log, "w0").create("op-0", KIND, "mailto:someone@example.com", {"n": 0})
     view = SeeingView(log)
     worker = Worker(log, "w1", view=view)
     log.doubt_next = True
@@ -178,4 +193,4 @@ def test_an_append_in_doubt_is_never_built_on_the_key_is_read_again() -> None:
     reads = len(view.calls)
     with pytest.raises(EffectInDoubt):
         worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: calls.append("sent"))
-    assert view.calls[reads:] == ["seen"] and calls == []
+    assert view.calls[reads:] == ["seen since"] and calls == []

@@ -26,7 +26,7 @@ from effectlog.model import EffectEvent, State
 from effectlog.provider import FencedByProvider, Provider, ProviderError, ProviderFailed, ProviderTimeout
 from effectlog.view import StateView
 from effectlog.worker import EffectCall, EffectInDoubt, Worker
-from effectlog.worker.core import Append, AppendAfter, Request
+from effectlog.worker.requests import Append, AppendAfter, Request
 
 
 class CrashingWorker(Worker):

@@ -9,6 +9,7 @@ with ``effectlog topics create``. The log never auto-creates topics: a missing t
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from confluent_kafka import KafkaException
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
 from effectlog.log.base import EVENTS, EventLog, Position, Record
 from effectlog.log.kafka.admin import topic_id
+from effectlog.log.kafka.ends import EndOffsetRounds
 from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.producer import AppendProducer, error_text
 from effectlog.log.kafka.reader import PartitionReader
@@ -36,7 +38,7 @@ class KafkaLog(EventLog):
     transaction (all or nothing for every ``read_committed`` reader), concurrent ones sharing a
     commit; a worker's CREATE + RESERVE + DISPATCH goes through :meth:`append_ordered` (one
     ordered produce). Reads share one consumer, one at a time; end-offset requests have a
-    client of their own and do not wait behind a read.
+    client of their own, do not wait behind a read, and threads asking at once share one.
     """
 
     compacted = True  # <prefix>.events is a compacted topic
@@ -48,6 +50,7 @@ class KafkaLog(EventLog):
         self._lock = threading.Lock()  # guards producer creation and replacement
         self._read_lock = threading.Lock()  # the reader serves one thread at a time
         self._ends_lock = threading.Lock()  # end offsets need not wait behind a long read
+        self._end_rounds: dict[str, EndOffsetRounds] = {}  # concurrent askers share requests
         self._producer: AppendProducer | None = None
         self._transactions: TransactionalAppender | None = None
         self._reader = PartitionReader(settings)
@@ -201,5 +204,14 @@ class KafkaLog(EventLog):
         if name not in self._checked["reader"]:
             with self._read_lock:
                 self._ensure_reader_topic(name)
+        rounds = self._end_rounds.get(name)
+        if rounds is None:
+            with self._lock:
+                rounds = self._end_rounds.setdefault(name, EndOffsetRounds(
+                    functools.partial(self._all_ends, name)))
+        ends = rounds.ends()
+        return {p: ends[p] for p in partitions}
+
+    def _all_ends(self, name: str) -> dict[int, int]:
         with self._ends_lock:
-            return self._reader.end_offsets(name, list(partitions))
+            return self._reader.end_offsets(name, list(range(self.settings.partitions)))
