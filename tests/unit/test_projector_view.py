@@ -13,7 +13,7 @@ from effectlog.log import EventLog, open_log
 from effectlog.model import EffectEvent, State
 from effectlog.worker import EffectCall, Worker
 from projections import open_reader
-from projections.projector import Projector, ProjectorSettings
+from projections.projector import Projector, ProjectorSettings, project
 from projections.view import ProjectionView
 
 KIND, TARGET = "payment.charge", "acct-1"
@@ -107,10 +107,12 @@ def test_current_waits_for_the_projection_to_reach_the_log(log: EventLog, tmp_pa
 
 
 def test_accepted_times_out_without_a_projector(log: EventLog, tmp_path: Path) -> None:
-    view = ProjectionView(log, tmp_path / "state")
-    # a record before it: the worker cannot judge its append alone (an append at offset 0
-    # of an empty partition it can), so it waits for the projection that never comes
+    # a record before it, projected once: the view answers the worker's read, but the worker
+    # cannot judge its own append alone (at offset 0 of an empty partition it could), so it
+    # waits for a projection that no longer runs
     Worker(log, "w0").create("op0", KIND, TARGET, {"amount": 0})
+    project(log, tmp_path / "state")
+    view = ProjectionView(log, tmp_path / "state")
     worker = Worker(log, "w1", view=view, accept_timeout_s=0.2)
     with pytest.raises(BackendUnavailable, match="projection has not applied"):
         worker.create("op1", KIND, TARGET, {"amount": 1})
