@@ -29,7 +29,6 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
-from consumers.node.fresh import SharedEndOffsets
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
@@ -104,7 +103,6 @@ class _Api:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.forwarder = Forwarder(node.url)
-        self.fresh_ends = SharedEndOffsets(node.end_offsets)
 
     async def close(self, app: web.Application) -> None:
         await self.forwarder.close()
@@ -129,7 +127,8 @@ class _Api:
         target = 0 if min_offset is None else min_offset + 1
         if fresh:
             try:
-                ends = await self.fresh_ends()
+                # threads asking at once share one ListOffsets (KafkaLog's EndOffsetRounds)
+                ends = await asyncio.to_thread(node.end_offsets)
             except EffectlogError as exc:
                 return _unavailable(f"cannot read the log's end offsets: {exc}")
             target = max(target, ends.get(partition, 0))

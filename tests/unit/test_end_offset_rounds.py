@@ -53,7 +53,7 @@ def test_threads_arriving_during_a_request_share_the_next_one() -> None:
     arrived = time.monotonic()
     later: list[object] = []
     threads = [ask_in_thread(rounds, later) for _ in range(10)]
-    time.sleep(0.05)
+    wait_for(lambda: len(rounds._cond._waiters) == 10)  # type: ignore[attr-defined]
     broker.release.release()  # round 1 answers the first caller only
     leader.join(5)
     assert first == [{0: 1, 1: 10}]
