@@ -5,9 +5,30 @@ A subclass provides the ``log`` fixture (a fresh, empty log per test).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 
 from effectlog.log import COMMANDS, EVENTS, EventLog
+
+
+def neighbour(log: EventLog, key: str) -> str:
+    """Another key that lands in ``key``'s partition."""
+    partition = log.partition_for(EVENTS, key)
+    return next(other for n in range(10_000)
+                if log.partition_for(EVENTS, other := f"agent:near{n}:k:t") == partition)
+
+
+def eventually(check: Callable[[], bool], within: float = 10.0) -> bool:
+    """``check()`` became true within ``within`` seconds (a log may need to warm up first)."""
+    deadline = time.monotonic() + within
+    while True:
+        if check():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 class LogContract:
@@ -74,6 +95,25 @@ class LogContract:
         value = bytes(range(256)) * 4
         pos = log.append(EVENTS, "agent:bin:k:t", value)
         assert log.read(EVENTS, pos.partition, pos.offset, 1, timeout=5)[0].value == value
+
+    def test_untouched_tells_a_range_without_the_key_and_never_hides_one(
+            self, log: EventLog) -> None:
+        key = "agent:u:k:t"
+        other = neighbour(log, key)
+        log.untouched(EVENTS, key, 0, 0)  # Kafka starts its key tail here: it knows no earlier
+        first = log.append(EVENTS, key, b"1").offset
+        between = log.append(EVENTS, other, b"2").offset
+        last = log.append(EVENTS, key, b"3").offset
+        end = last + 1
+        # every backend tells a range without the key (Kafka once its tail has read it)
+        assert eventually(lambda: log.untouched(EVENTS, key, between, last))
+        assert log.untouched(EVENTS, key, first, end, own={first, last})
+        assert log.untouched(EVENTS, other, last, end)
+        # a record of the key in the range: never untouched, whatever the backend
+        assert not log.untouched(EVENTS, key, first, end)
+        assert not log.untouched(EVENTS, key, first, end, own={first})
+        assert not log.untouched(EVENTS, key, between, end)
+        assert not log.untouched(EVENTS, other, first, end)
 
     def test_conditional_append_is_all_or_nothing_against_the_keys_last_offset(
             self, log: EventLog) -> None:

@@ -46,6 +46,7 @@ from effectlog.worker.requests import (
     PartitionEnd,
     Request,
     Steps,
+    Untouched,
     ask,
 )
 
@@ -120,15 +121,17 @@ class WorkerCore:
         Otherwise every transition reads the key first, so a worker whose key was taken over
         meanwhile is refused before it writes anything. It starts with the partition's end
         offset (one ListOffsets): when the partition still ends where the state this worker
-        last saw of the key reaches (its own accepted write, say), nothing was written since
-        and that state is current; an empty partition holds no effect. Otherwise the view is
+        last saw of the key reaches (its own accepted write, say), or the log proves that
+        nothing of the key was written since (:meth:`~effectlog.log.base.EventLog.untouched`),
+        that state is current; an empty partition holds no effect. Otherwise the view is
         asked for the key once its projection has applied that end (``fresh`` or a key not
         seen before), or at least as far as the state this worker last saw.
         """
         if not self.atomic:
             basis = None if fresh else self.basis.get(key)
             end = yield from ask(PartitionEnd(key))
-            if basis is not None and basis.through == end:
+            if basis is not None and (yield from self._still_current(key, basis, end)):
+                self._set_basis(key, Seen(basis.event, end))
                 return basis.event
             if end == 0:
                 seen = Seen(None, 0)
@@ -140,6 +143,15 @@ class WorkerCore:
         if fresh or key not in self.known:
             self.remember(key, *(yield from ask(CurrentAt(key))))
         return self.known[key][0]
+
+    def _still_current(self, key: str, basis: Seen, end: int) -> Steps[bool]:
+        """Whether ``basis`` is still the key's state at partition end ``end``."""
+        through = basis.through
+        if through is None or through > end:
+            return False
+        if through == end:
+            return True
+        return through > 0 and (yield from ask(Untouched(key, through, end)))
 
     def require(self, key: str) -> Steps[EffectEvent]:
         current = yield from self.load(key)
@@ -258,7 +270,7 @@ class WorkerCore:
             return (yield from self._write_atomic(events, data))
         positions = yield from self._appended(key, Append(key, data, atomic))
         last = events[-1]
-        follows = self._follows(key, events, positions)
+        follows = yield from self._follows(key, events, positions)
         if self.verify and not follows and not (
                 yield from ask(Accepted(last, positions[-1], self.accept_timeout_s))):
             self.forget(key)
@@ -305,16 +317,13 @@ class WorkerCore:
         self.basis[key] = seen
 
     def _follows(self, key: str, events: tuple[EffectEvent, ...],
-                 positions: list[Position]) -> bool:
+                 positions: list[Position]) -> Steps[bool]:
         """True when the append provably follows the state it was built on, so it is
-        accepted without asking: its records sit at the offsets right after everything the
-        basis covered (nothing of the partition came in between) and the projector's own
-        rules accept them in turn from the basis snapshot."""
+        accepted without asking: the projector's own rules accept its events in turn from
+        the basis snapshot, and no other record of the key sits between everything the basis
+        covered and them (they sit right after it, or the log proves it)."""
         basis = self.basis.get(key)
-        if basis is None or basis.through is None:
-            return False
-        through = basis.through
-        if any(p.offset != through + i for i, p in enumerate(positions)):
+        if basis is None or basis.through is None or positions[0].offset < basis.through:
             return False
         state = basis.event
         for event in events:
@@ -323,7 +332,11 @@ class WorkerCore:
             except Conflict:
                 return False
             state = event
-        return True
+        through = basis.through
+        if all(p.offset == through + i for i, p in enumerate(positions)):
+            return True
+        own = frozenset(p.offset for p in positions)
+        return (yield from ask(Untouched(key, through, positions[-1].offset + 1, own)))
 
     def remember(self, key: str, event: EffectEvent | None, offset: int | None) -> None:
         if len(self.known) >= 10_000:

@@ -53,6 +53,17 @@ class PartitionEnd(Request[int]):
 
 
 @dataclass(frozen=True, slots=True)
+class Untouched(Request[bool]):
+    """Whether provably no record of ``key`` but those at offsets ``own`` sits at offsets
+    ``[start, end)`` of its partition (False: one does, or the log cannot tell)."""
+
+    key: str
+    start: int
+    end: int
+    own: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Append(Request["list[Position]"]):
     """Durably append the encoded events of ``key`` as one append: all or none when
     ``atomic``, else in order (a failed append may have written some of them)."""

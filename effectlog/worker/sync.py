@@ -22,6 +22,7 @@ from effectlog.worker.requests import (
     PartitionEnd,
     Request,
     Steps,
+    Untouched,
 )
 from effectlog.worker.views import default_view
 
@@ -35,6 +36,8 @@ def answer_log(log: EventLog, log_view: LogView, request: Request[Any]) -> Any:
         return log.append_after(EVENTS, request.key, request.data, request.last_offset)
     if isinstance(request, PartitionEnd):
         return log.partition_end(EVENTS, log.partition_for(EVENTS, request.key))
+    if isinstance(request, Untouched):
+        return log.untouched(EVENTS, request.key, request.start, request.end, request.own)
     if isinstance(request, CurrentAt):
         return log_view.current_at(request.key)
     if isinstance(request, Append):

@@ -2,15 +2,17 @@
 prove nothing came in between, and asks the projection only when it cannot.
 
 The proof: the view's snapshot reaches offset ``through`` of the key's partition (or the
-worker's own accepted write ends there), and the append's records sit at ``through``,
-``through + 1``, ... with the projector's rules accepting them in turn. Anything else is
-read back through the view, as before.
+worker's own accepted write ends there), the projector's rules accept the append's records in
+turn, and no other record of the key sits between ``through`` and them: they sit at
+``through``, ``through + 1``, ..., or the log says no record of the key is in between
+(``EventLog.untouched``; on Kafka a tail of recent keys answers). Anything else is read back
+through the view, as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import pytest
 
@@ -31,13 +33,20 @@ def key(op: str) -> str:
 
 
 class PlainLog(MemoryLog):
-    """No compare-and-append (as Kafka); counts the appends and end-offset requests."""
+    """No compare-and-append (as Kafka); counts the appends and end-offset requests.
+    ``tells``: whether it answers ``untouched`` (as Kafka's key tail does once started)."""
 
     conditional = False
 
-    def __init__(self) -> None:
+    def __init__(self, tells: bool = False) -> None:
         super().__init__()
         self.calls: list[str] = []
+        self.tells = tells
+
+    def untouched(self, topic: str, key: str, start: int, end: int,
+                  own: Collection[int] = ()) -> bool:
+        self.calls.append("untouched")
+        return self.tells and super().untouched(topic, key, start, end, own)
 
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         self.calls.append("append_many")
@@ -117,11 +126,40 @@ def test_a_record_of_another_key_in_between_makes_the_worker_ask(log: PlainLog) 
     view.meanwhile = lambda: other.create("op-other", KIND, TARGET, {"n": 2})
     worker = Worker(log, "w1", view=view)
     worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent")
-    assert view.calls[:2] == ["seen since", "accepted"]  # the dispatch no longer sits at `through`
+    # the dispatch no longer sits at `through`, and this log cannot tell what came in between
+    assert view.calls[:2] == ["seen since", "accepted"]
+    assert "untouched" in log.calls
 
 
+@pytest.mark.parametrize("between", ["other key", "same key, other writer"])
+def test_a_log_that_tells_what_came_in_between_spares_the_acceptance_read(between: str) -> None:
+    log = PlainLog(tells=True)
+    Worker(log, "w0").create("op-0", KIND, "mailto:someone@example.com", {"n": 0})
+    view = SeeingView(log)
+    other = Worker(log, "w2")
+    worker = Worker(log, "w1", view=view)
+    if between == "other key":
+        view.meanwhile = lambda: other.create("op-other", KIND, TARGET, {"n": 2})
+        assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
+        assert view.calls == ["seen since"]  # no acceptance read, no read before the record
+        final = LogView(log).current(key("op-1"))
+        assert final is not None and final.state is State.SUCCEEDED
+        return
+    # the key itself is written in between (another delivery creates it): the log says so
+    # and the worker asks whether its claim won (it did: its CREATE is refused, its RESERVE
+    # and DISPATCH build on the other CREATED)
+    view.meanwhile = lambda: other.create("op-1", KIND, TARGET, {"n": 1})
+    assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
+    assert view.calls == ["seen since", "accepted"]
+    final = LogView(log).current(key("op-1"))
+    assert final is not None and (final.state, final.worker_id) == (State.SUCCEEDED, "w1")
+
+
+@pytest.mark.parametrize("tells", [False, True])
 def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
-        log: PlainLog) -> None:
+        tells: bool) -> None:
+    log = PlainLog(tells)
+    Worker(log, "w0").create("op-0", KIND, "mailto:someone@example.com", {"n": 0})
     view = SeeingView(log)
     worker = Worker(log, "w1", view=view)
     rival = Worker(log, "w2", view=SeeingView(log))

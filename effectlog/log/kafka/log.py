@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from confluent_kafka import KafkaException
 
@@ -24,10 +24,13 @@ from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.producer import AppendProducer, error_text
 from effectlog.log.kafka.reader import PartitionReader
 from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.log.kafka.tail import KeyTail
 from effectlog.log.kafka.transactions import TransactionalAppender
 from effectlog.redact import redact_url
 
 log = logging.getLogger(__name__)
+
+TAIL_WAIT_S = 0.25  # how long a writer waits for the key tail to read up to its range
 
 
 class KafkaLog(EventLog):
@@ -56,6 +59,7 @@ class KafkaLog(EventLog):
         self._reader = PartitionReader(settings)
         self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
         self._identity: str | None = None
+        self._tails: dict[str, KeyTail] = {}
 
     @classmethod
     def from_url(cls, url: str) -> KafkaLog:
@@ -99,6 +103,26 @@ class KafkaLog(EventLog):
                     end: int) -> list[Record]:
         return self._read(topic, partition, offset, limit, 0.0, end)
 
+    def untouched(self, topic: str, key: str, start: int, end: int,
+                  own: Collection[int] = ()) -> bool:
+        """Answered by a tail of the topic's recent keys, started on the first call (so the
+        first call cannot tell): ``False`` until the tail has read ``end`` of the key's
+        partition, at most :data:`TAIL_WAIT_S`, or when ``start`` lies before it."""
+        name = self.settings.topic(topic)
+        tail = self._tails.get(name)
+        if tail is None:
+            with self._lock:
+                tail = self._tails.get(name)
+                if tail is None:
+                    try:
+                        tail = KeyTail(self.settings, name, functools.partial(self._all_ends, name))
+                    except BackendUnavailable:
+                        return False  # the caller's read will report the broker
+                    self._tails[name] = tail
+        encoded = key.encode("utf-8")
+        partition = murmur2_partition(encoded, self.settings.partitions)
+        return tail.untouched(partition, encoded, start, end, own, TAIL_WAIT_S)
+
     def identity(self) -> str:
         """The topic ID of ``<prefix>.events``: a topic deleted and created again under the
         same name has another one. Raises :class:`LogMissing` when the topic does not exist."""
@@ -110,8 +134,11 @@ class KafkaLog(EventLog):
         with self._lock:
             handle, self._producer = self._producer, None
             transactions, self._transactions = self._transactions, None
+            tails, self._tails = list(self._tails.values()), {}
         if transactions is not None:
             transactions.close()
+        for tail in tails:
+            tail.close()
         if handle is not None:
             left = handle.close(self.settings.timeout_s)
             if left:

@@ -7,6 +7,7 @@ the CLI included, computes a key's partition without asking a broker.
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 
 def murmur2(data: bytes) -> int:
@@ -29,6 +30,8 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=16_384)
 def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition the Java default partitioner (and ``murmur2_random``) picks for ``key``."""
+    """The partition the Java default partitioner (and ``murmur2_random``) picks for ``key``
+    (remembered for the latest keys: a worker asks for one key several times per effect)."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions

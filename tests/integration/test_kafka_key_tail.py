@@ -1,0 +1,58 @@
+"""Kafka's key tail (``effectlog.log.kafka.tail``) errs only towards "cannot tell".
+
+It knows nothing written before it started, nothing it has not read yet, and nothing across
+a gap in the offsets it read (here a transaction's commit marker); a worker then asks the
+query API instead, so none of these may ever answer True.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from effectlog.log import EVENTS
+from effectlog.log.kafka import KafkaLog
+from tests.log_contract import eventually, neighbour
+
+
+@pytest.fixture
+def kafka_log(kafka_url: str) -> Iterator[KafkaLog]:
+    log = KafkaLog.from_url(kafka_url)
+    yield log
+    log.close()
+
+
+def test_the_tail_cannot_tell_of_records_before_it_started(kafka_log: KafkaLog) -> None:
+    key = "agent:early:k:t"
+    early = kafka_log.append(EVENTS, neighbour(kafka_log, key), b"before the tail").offset
+    assert not kafka_log.untouched(EVENTS, key, early, early + 1)  # starts the tail
+    later = kafka_log.append(EVENTS, neighbour(kafka_log, key), b"after").offset
+    assert eventually(lambda: kafka_log.untouched(EVENTS, key, later, later + 1))
+    assert not kafka_log.untouched(EVENTS, key, early, later + 1)  # still before its start
+
+
+def test_the_tail_cannot_tell_of_what_it_has_not_read(kafka_log: KafkaLog) -> None:
+    key = "agent:ahead:k:t"
+    kafka_log.untouched(EVENTS, key, 0, 0)
+    at = kafka_log.append(EVENTS, neighbour(kafka_log, key), b"x").offset
+    assert eventually(lambda: kafka_log.untouched(EVENTS, key, at, at + 1))
+    started = time.monotonic()
+    assert not kafka_log.untouched(EVENTS, key, at, at + 5)  # offsets not written yet
+    assert time.monotonic() - started < 5  # it gave up after its short wait, not the timeout
+
+
+def test_a_gap_in_the_offsets_is_forgotten_across(kafka_log: KafkaLog) -> None:
+    key = "agent:gap:k:t"
+    other = neighbour(kafka_log, key)
+    kafka_log.untouched(EVENTS, key, 0, 0)
+    before = kafka_log.append(EVENTS, other, b"before").offset
+    # two records of one key are one transaction: its commit marker takes an offset that no
+    # reader is ever handed
+    atomic = kafka_log.append_many(EVENTS, [(other, b"t1"), (other, b"t2")])
+    after = kafka_log.append(EVENTS, other, b"after").offset
+    assert after == atomic[-1].offset + 2  # the marker sits in between
+    assert eventually(lambda: kafka_log.untouched(EVENTS, key, after, after + 1))
+    assert not kafka_log.untouched(EVENTS, key, before, after + 1)
+    assert not kafka_log.untouched(EVENTS, key, atomic[0].offset, after + 1)
