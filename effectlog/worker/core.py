@@ -123,33 +123,47 @@ class WorkerCore:
         offset (one ListOffsets): when the partition still ends where the state this worker
         last saw of the key reaches (its own accepted write, say), or the log proves that
         nothing of the key was written since (:meth:`~effectlog.log.base.EventLog.untouched`),
-        that state is current; an empty partition holds no effect. Otherwise the view is
-        asked for the key once its projection has applied that end (``fresh`` or a key not
-        seen before), or at least as far as the state this worker last saw.
+        that state is current; an empty partition holds no effect. Otherwise (``fresh`` or a
+        key not seen before) the view is asked for what it has applied now, which is current
+        when the log proves nothing of the key came after it, and else asked again once its
+        projection has applied that end; or, for a key this worker wrote, at least as far as
+        the state it last saw.
         """
         if not self.atomic:
             basis = None if fresh else self.basis.get(key)
             end = yield from ask(PartitionEnd(key))
             if basis is not None and (yield from self._still_current(key, basis, end)):
-                self._set_basis(key, Seen(basis.event, end))
-                return basis.event
-            if end == 0:
+                seen = Seen(basis.event, max(end, basis.through or 0))
+            elif end == 0:
                 seen = Seen(None, 0)
+            elif basis is None or not basis.through:
+                seen = yield from self._fresh(key, end)
             else:
-                reached = end if basis is None or not basis.through else basis.through
-                seen = yield from ask(Current(key, reached - 1))
+                seen = yield from ask(Current(key, basis.through - 1))
             self._set_basis(key, seen)
             return seen.event
         if fresh or key not in self.known:
             self.remember(key, *(yield from ask(CurrentAt(key))))
         return self.known[key][0]
 
-    def _still_current(self, key: str, basis: Seen, end: int) -> Steps[bool]:
-        """Whether ``basis`` is still the key's state at partition end ``end``."""
-        through = basis.through
-        if through is None or through > end:
+    def _fresh(self, key: str, end: int) -> Steps[Seen]:
+        """The key's state at partition end ``end``: what the view has applied now, when it
+        reaches ``end`` or the log proves nothing of the key came after it; else the view's
+        once it has applied ``end`` (a view that does not say how far it reaches is read
+        once, as current)."""
+        seen = yield from ask(Current(key, 0))  # no wait for the projection
+        if seen.through is None:
+            return seen
+        if (yield from self._still_current(key, seen, end)):
+            return Seen(seen.event, max(end, seen.through))
+        return (yield from ask(Current(key, end - 1)))
+
+    def _still_current(self, key: str, seen: Seen, end: int) -> Steps[bool]:
+        """Whether ``seen`` is the key's state at partition end ``end``."""
+        through = seen.through
+        if through is None:
             return False
-        if through == end:
+        if through >= end:
             return True
         return through > 0 and (yield from ask(Untouched(key, through, end)))
 
