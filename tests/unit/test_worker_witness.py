@@ -20,9 +20,9 @@ from effectlog.errors import BackendUnavailable, Fenced
 from effectlog.log import EVENTS
 from effectlog.log.base import Position
 from effectlog.log.memory import MemoryLog
-from effectlog.machine import advance
 from effectlog.model import EffectEvent, State, Transition
-from effectlog.view import LogView, Seen
+from effectlog.machine import advance, fold
+from effectlog.view import LogView, Seen, decode_events
 from effectlog.worker import EffectInDoubt, Worker
 
 KIND, TARGET = "email.send", "mailto:a@example.com"
@@ -70,11 +70,15 @@ class SeeingView:
         self.inner = LogView(log)
         self.calls: list[str] = []
         self.meanwhile: Callable[[], object] | None = None
+        self.lag = 0
 
     def seen(self, key: str, since: int | None = None) -> Seen:
         self.calls.append("seen" if since is None else "seen since")
         through = self.log.partition_end(EVENTS, self.log.partition_for(EVENTS, key))
-        seen = Seen(self.inner.current(key), through)
+        if self.lag and since == 0:  # a projection behind the log end (it need not wait)
+            through -= self.lag
+        records = [r for r in self.log.read_key(EVENTS, key) if r.offset < through]
+        seen = Seen(fold(decode_events(self.log, key, records))[0], through)
         if self.meanwhile is not None:
             self.meanwhile()
             self.meanwhile = None
@@ -232,3 +236,25 @@ def test_an_append_in_doubt_is_never_built_on_the_key_is_read_again() -> None:
     with pytest.raises(EffectInDoubt):
         worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: calls.append("sent"))
     assert view.calls[reads:] == ["seen since"] and calls == []
+
+
+@pytest.mark.parametrize(("tells", "behind", "reads"), [
+    (True, "other keys", ["seen since"]),
+    (False, "other keys", ["seen since", "seen since"]),
+    (True, "the key itself", ["seen since", "seen since"]),
+])
+def test_a_snapshot_behind_the_log_end_is_current_only_when_the_log_proves_it(
+        tells: bool, behind: str, reads: list[str]) -> None:
+    log = PlainLog(tells)
+    first = Worker(log, "w0")
+    first.create("op-0", KIND, "mailto:someone@example.com", {"n": 0})
+    if behind == "the key itself":  # another delivery created the key: the snapshot misses it
+        first.create("op-1", KIND, TARGET, {"n": 1})
+    else:
+        first.create("op-2", KIND, "mailto:other@example.com", {"n": 2})
+    view = SeeingView(log)
+    view.lag = 1  # the projection has not applied the last record yet
+    worker = Worker(log, "w1", view=view)
+    created = worker.create("op-1", KIND, TARGET, {"n": 1})
+    assert view.calls == reads
+    assert created.worker_id == ("w0" if behind == "the key itself" else "w1")
