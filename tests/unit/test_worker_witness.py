@@ -20,8 +20,8 @@ from effectlog.errors import BackendUnavailable, Fenced
 from effectlog.log import EVENTS
 from effectlog.log.base import Position
 from effectlog.log.memory import MemoryLog
-from effectlog.model import EffectEvent, State, Transition
 from effectlog.machine import advance, fold
+from effectlog.model import EffectEvent, State, Transition
 from effectlog.view import LogView, Seen, decode_events
 from effectlog.worker import EffectInDoubt, Worker
 
