@@ -12,7 +12,7 @@ key, are then in the log but refused by the projector, as a second writer's woul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from effectlog.errors import EffectlogError, Fenced
@@ -49,6 +49,11 @@ class _Recorder(EventLog):
         """No end while planning: -1 matches no state a read reached, so every step asks
         the batch's view."""
         return -1
+
+    def untouched(self, topic: str, key: str, start: int, end: int,
+                  own: Collection[int] = ()) -> bool:
+        """Planning knows no offsets: nothing is proved, every step asks the batch's view."""
+        return False
 
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:
