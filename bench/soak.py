@@ -25,8 +25,11 @@ Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite|kafka] [--seed
 The last line reads ``soak: OPS operations, KILLS kills, DUP duplicate effects, LOST lost
 acknowledged events; the final projection equals a clean rebuild`` (or ``DIFFERS from``);
 the exit status is 0 only when DUP and LOST are 0, the projections are equal, recovery
-went quiet and no ``serve`` crashed (exited by itself, except with status 4 at a start while
-the broker was down); 1 otherwise, 2 bad usage, 4 no broker could be started.
+went quiet, no ``serve`` crashed (exited by itself, except with status 4 at a start while
+the broker was down) and every ``serve`` instance served in at least one of its starts (its
+``/healthz`` listed a serving partition; stderr gives starts and starts that served per
+instance, and one line for an instance that never served); 1 otherwise, 2 bad usage, 4 no
+broker could be started.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import argparse
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -58,7 +62,7 @@ from effectlog.model import State
 from projections import open_reader
 from projections.projector import project
 from projections.rocksdb.digest import projection_digest
-from tools.kafka.broker import BrokerError
+from tools.kafka.broker import BrokerError, free_port
 
 STUCK_AFTER_S = 1.5  # as the demo on SQLite: slow answers (2.5-3.5 s) get taken over
 
@@ -92,6 +96,7 @@ class Arrangement(Protocol):
     def stop_faults(self) -> None: ...
     def caught_up_states(self) -> list[Path]: ...
     def crashes(self) -> int: ...
+    def instances(self) -> list[ServeUnderFire]: ...
     def notes(self) -> list[str]: ...
     def close(self) -> None: ...
 
@@ -105,11 +110,13 @@ class SqliteArrangement:
                  serve_uptime_s: tuple[float, float]) -> None:
         self.log_url, self.settle_state = f"sqlite:///{work}/log.db", work / "state"
         open_log(self.log_url).close()
+        port = free_port()
         self.serve = ServeUnderFire(
             ["--log", self.log_url, "--state", str(self.settle_state), "serve", "--provider",
-             provider_spec, "--metrics-port", "0", "--poll", "250ms",
+             provider_spec, "--http", f"127.0.0.1:{port}", "--poll", "250ms",
              "--stuck-after", f"{STUCK_AFTER_S * 1000:.0f}ms", "--command-timeout", "3s"],
-            work / "serve.log", env, random.Random(seed), serve_uptime_s)
+            f"http://127.0.0.1:{port}", work / "serve.log", env, random.Random(seed),
+            serve_uptime_s)
 
     def start(self) -> None:
         self.serve.start()
@@ -128,6 +135,9 @@ class SqliteArrangement:
 
     def crashes(self) -> int:
         return self.serve.crashes
+
+    def instances(self) -> list[ServeUnderFire]:
+        return [self.serve]
 
     def notes(self) -> list[str]:
         return []
@@ -297,10 +307,21 @@ def _soak(args: argparse.Namespace, work: Path, jobs: list[Job], provider: FakeP
           f"dead-lettered, {len(acknowledged.events)} acknowledged events checked, "
           f"recovery {'quiet' if quiet else f'NOT quiet ({stuck} stuck)'}, "
           f"{time.monotonic() - started:.0f}s", file=sys.stderr)
+    never = []
+    for serve in arrangement.instances():
+        ready = (f" (serving {statistics.median(serve.ready_s):.1f}s after a start, median)"
+                 if serve.ready_s else "")
+        print(f"soak: {serve.name} started {serve.starts} times, served in {serve.served}"
+              f"{ready}", file=sys.stderr)
+        if serve.served == 0:
+            never.append(serve.name)
+    for name in never:
+        print(f"soak: {name} never served: none of its starts held a serving partition "
+              "before it ended", file=sys.stderr)
     verdict = "equals" if equal else "DIFFERS from"
     print(f"soak: {args.ops} operations, {kills} kills, {duplicates} duplicate effects, "
           f"{lost} lost acknowledged events; the final projection {verdict} a clean rebuild")
-    passed = duplicates == 0 and lost == 0 and equal and quiet and crashes == 0
+    passed = duplicates == 0 and lost == 0 and equal and quiet and crashes == 0 and not never
     if passed and own_dir:
         shutil.rmtree(work, ignore_errors=True)  # kept when something is wrong, to look at
     return 0 if passed else 1

@@ -1,13 +1,15 @@
 """The soak's fault drivers: processes SIGKILLed at seeded moments and started again.
 
 :class:`ServeUnderFire` keeps one ``effectlog serve`` process alive and SIGKILLs it after a
-seeded random uptime; :class:`BrokerUnderFire` SIGKILLs the Apache Kafka broker every seeded
-random interval and starts it again on the same ports and data. Each runs in its own thread
+seeded random uptime, and counts how many of its starts got to serve;
+:class:`BrokerUnderFire` SIGKILLs the Apache Kafka broker every seeded random interval and
+starts it again on the same ports and data. Each runs in its own thread
 until :meth:`stop`.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -17,26 +19,37 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import urllib3
+
 from tools.kafka.broker import BrokerError, KafkaBroker
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")
 
 
 class ServeUnderFire:
-    """One ``effectlog serve`` process (``args`` after ``effectlog``), SIGKILLed after a
-    seeded random uptime and started again, until :meth:`stop` ends it with SIGTERM.
-    An instance that exits by itself is started again too; ``exits`` counts those by exit
-    status (4: the log was unreachable when it started; anything else is a crash)."""
+    """One ``effectlog serve`` process (``args`` after ``effectlog``, which serve on ``url``),
+    SIGKILLed after a seeded random uptime and started again, until :meth:`stop` ends it
+    with SIGTERM. An instance that exits by itself is started again too; ``exits`` counts
+    those by exit status (4: the log was unreachable when it started; anything else is a
+    crash). ``starts`` counts the processes started, ``served`` those seen serving (their
+    ``/healthz`` listed a partition as serving) before they ended, ``ready_s`` how long
+    each of those took to."""
 
-    def __init__(self, args: list[str], stderr: Path, env: dict[str, str],
+    def __init__(self, args: list[str], url: str, stderr: Path, env: dict[str, str],
                  rng: random.Random, uptime_s: tuple[float, float], name: str = "serve") -> None:
         self.args = [str(EFFECTLOG), *args]
+        self.url = url
+        self.name = name
         self.stderr = stderr
         self.env = env
         self.rng = rng
         self.uptime_s = uptime_s
         self.kills = 0
+        self.starts = 0
+        self.ready_s: list[float] = []  # per start that got to serve: seconds until it did
         self.exits: Counter[int] = Counter()
+        self._http = urllib3.PoolManager(retries=False,
+                                         timeout=urllib3.Timeout(connect=0.5, read=1.5))
         self._stop = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-killer", daemon=True)
@@ -53,8 +66,14 @@ class ServeUnderFire:
     def _run(self) -> None:
         while not self._stop.is_set():
             proc = self._proc = self._spawn()
-            until = time.monotonic() + self.rng.uniform(*self.uptime_s)
+            self.starts += 1
+            spawned = time.monotonic()
+            until = spawned + self.rng.uniform(*self.uptime_s)
+            seen = False
             while proc.poll() is None and time.monotonic() < until:
+                if not seen and self._serving():
+                    seen = True
+                    self.ready_s.append(time.monotonic() - spawned)
                 if self._stop.wait(min(0.2, max(0.0, until - time.monotonic()))):
                     return
             if proc.poll() is not None:  # exited by itself: start it again after a moment
@@ -64,6 +83,18 @@ class ServeUnderFire:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             self.kills += 1
+
+    def _serving(self) -> bool:
+        """Whether the instance's ``/healthz`` (200 or 503) lists a partition as serving."""
+        try:
+            body = json.loads(self._http.request("GET", self.url + "/healthz").data)
+            return "serving" in body["partitions"].values()
+        except (urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+            return False  # not listening yet, or gone
+
+    @property
+    def served(self) -> int:
+        return len(self.ready_s)
 
     @property
     def crashes(self) -> int:

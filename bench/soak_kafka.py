@@ -51,10 +51,11 @@ class KafkaArrangement:
                             "--http", f"127.0.0.1:{port}", "--provider", provider_spec,
                             "--poll", "1s", "--stuck-after", f"{self.stuck_after_s * 1000:.0f}ms",
                             "--command-timeout", f"{2000 * self.stuck_after_s:.0f}ms",
-                            "--session-timeout", SESSION_TIMEOUT],
+                            "--session-timeout", SESSION_TIMEOUT], url,
                            work / f"serve-{i}.log", env, random.Random(seed * 1000 + i),
                            serve_uptime_s, name=f"serve{i}")
-            for i, (state, port) in enumerate(zip(self.states, ports, strict=True))]
+            for i, (state, port, url) in enumerate(zip(self.states, ports, self.urls,
+                                                       strict=True))]
         self.broker_fire = BrokerUnderFire(self.broker, random.Random(seed * 1000 + 999),
                                            broker_every_s)
 
@@ -86,6 +87,9 @@ class KafkaArrangement:
 
     def crashes(self) -> int:
         return sum(s.crashes for s in self.serves)
+
+    def instances(self) -> list[ServeUnderFire]:
+        return list(self.serves)
 
     def notes(self) -> list[str]:
         refused = sum(s.exits[4] for s in self.serves)

@@ -29,6 +29,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
+from consumers.node.health import HealthCheck
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
@@ -103,6 +104,7 @@ class _Api:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.forwarder = Forwarder(node.url)
+        self.health_check = HealthCheck(node, node.settings.health_wait_s)
 
     async def close(self, app: web.Application) -> None:
         await self.forwarder.close()
@@ -272,7 +274,7 @@ class _Api:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(self, request: web.Request) -> web.Response:
-        ok, details = await asyncio.to_thread(self.node.health)
+        ok, details = await self.health_check()
         return _json(200 if ok else 503, {"ok": ok, **details})
 
 

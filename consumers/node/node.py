@@ -27,6 +27,8 @@ from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
 from consumers.node.forwarding import Membership, SoloMembership
 from consumers.node.gate import PartitionGate
+from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
+from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.server import HttpServer
 from consumers.node.view import NodeView
@@ -37,7 +39,7 @@ from effectlog.errors import BackendUnavailable, EffectlogError
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.log.source import RecordSource
-from effectlog.metrics import Metrics, projector_lag
+from effectlog.metrics import Metrics
 from effectlog.provider import Provider
 from effectlog.redact import redact_url
 from projections.paging import ANYTHING, Filters, Page, merge_pages, read_page
@@ -59,7 +61,8 @@ class _Closable(Protocol):
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
     """What a node runs and where. ``http_port`` None: no HTTP server; 0: any free port.
-    ``advertise`` is the URL other members reach this node at (default from host/port)."""
+    ``advertise`` is the URL other members reach this node at (default from host/port);
+    ``health_wait_s`` how long ``/healthz`` waits for the log (see :mod:`.health`)."""
 
     state_dir: Path
     http_host: str = "127.0.0.1"
@@ -74,6 +77,7 @@ class NodeSettings:
     session_timeout_ms: int = 10_000
     membership_every_s: float = 2.0
     standbys: int = 0
+    health_wait_s: float = DEFAULT_HEALTH_WAIT_S  # /healthz answers without the log after it
 
 
 class Node:
@@ -87,7 +91,7 @@ class Node:
         self.extra_routes = extra_routes
         self.metrics = metrics or Metrics()
         self.gate = PartitionGate(on_restored=self._restored)
-        self.failed: list[str] = []
+        self.failures: list[tuple[str, Exception]] = []  # (loop, what it died of), in order
         self.fatal: EffectlogError | None = None  # why the node stopped serving by itself
         self.crashed = threading.Event()
         self._stop = threading.Event()
@@ -99,6 +103,7 @@ class Node:
         self.server: HttpServer | None = None
         self.reconciler: Reconciler | None = None
         self._group_source: RecordSource | None = None
+        self.last_log_figures: LogFigures | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -166,6 +171,11 @@ class Node:
             self._lock_file.close()
             self._lock_file = None
 
+    @property
+    def failed(self) -> list[str]:
+        """The loops that crashed, in order."""
+        return [name for name, _ in self.failures]
+
     # -- what the API asks ---------------------------------------------------------------
 
     def partition_for(self, key: str) -> int:
@@ -191,25 +201,23 @@ class Node:
         positions = {p: n for p, n in self.gate.positions().items() if p in serving}
         return self.reader.counts(), positions
 
-    def health(self) -> tuple[bool, dict[str, object]]:
-        """Healthy while every loop runs and the log answers."""
+    def health_details(self) -> dict[str, object]:
+        """What ``/healthz`` reports besides the log's figures (no I/O on the log)."""
         details: dict[str, object] = {"url": self.url, "partitions": self.gate.held(),
                                       "projection": bool(self.gate.held()),
                                       "projected_offsets": self.gate.positions(),
                                       "standbys": self.standbys()}
-        ok = not self.failed
-        try:
-            ends = self.end_offsets()
-        except EffectlogError as exc:
-            ok, details["error"] = False, str(exc)
-        else:
-            held = self.gate.held()
-            details["log_end_offsets"] = ends
-            details["projector_lag"] = projector_lag(
-                {p: n for p, n in ends.items() if p in held}, self.gate.positions())
         if self.failed:
             details["failed_loops"] = list(self.failed)
-        return ok, details
+        return details
+
+    def read_log_figures(self, log: str = "api") -> LogFigures:
+        """The log's end offsets and the projector lag now (blocking); kept as the last
+        known figures, which ``/healthz`` reports while the log does not answer."""
+        ends = self.logs[log].end_offsets(EVENTS)
+        figures = self.last_log_figures = LogFigures.now(ends, self.gate.held(),
+                                                         self.gate.positions())
+        return figures
 
     def run_pass(self) -> list[Handled]:
         """One recovery pass, then one reconciler pass (when ``loops`` is off)."""
@@ -298,7 +306,7 @@ class Node:
     def refresh_metrics(self) -> None:
         """Refresh the gauges from the partitions held here and the log's end offsets."""
         held = self.gate.held()
-        ends = self.logs["work"].end_offsets(EVENTS)
+        ends = self.read_log_figures("work").ends
         self.metrics.observe(self.reader.counts(), {p: n for p, n in ends.items() if p in held},
                              self.gate.positions())
         for status in ("serving", "restoring"):
@@ -324,9 +332,9 @@ class Node:
         def run() -> None:
             try:
                 body(until)
-            except Exception:
-                logger.exception("%s loop crashed; shutting down", name)
-                self.failed.append(name)
+            except Exception as exc:  # the owner reports it (serve: one line, an exit code)
+                logger.debug("%s loop crashed; shutting down", name, exc_info=True)
+                self.failures.append((name, exc))
                 self.crashed.set()
 
         thread = threading.Thread(target=run, name=name, daemon=True)

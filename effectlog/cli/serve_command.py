@@ -1,16 +1,19 @@
 """``serve``: one node of the projection cluster (see :mod:`consumers.node`).
 
 Options are read once here into :class:`~consumers.node.node.NodeSettings`; SIGTERM or
-SIGINT stops the node's loops after their current step and the process exits 0.
+SIGINT stops the node's loops after their current step and the process exits 0. A loop
+that dies stops the node too: exit 4 when it died of its backend, 1 otherwise
+(:func:`stop_error`), with one line naming the loop and the cause.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from effectlog.cli.context import CliContext
+from effectlog.cli.context import EXIT_INTERNAL, CliContext
 from effectlog.cli.recovery_commands import (
     _with,
     approval_policy,
@@ -18,7 +21,7 @@ from effectlog.cli.recovery_commands import (
     recovery_settings,
     stop_on_signals,
 )
-from effectlog.errors import InvalidInput
+from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput
 
 DEFAULT_HTTP = "127.0.0.1:9464"
 
@@ -102,11 +105,44 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         pass
     click.echo("effectlog serve: stopping", err=True)
     running = node.stop()
-    if running:  # never close handles under a live thread; the OS reclaims them
-        raise click.ClickException(f"the {', '.join(running)} loop(s) did not stop in time")
-    node.close()
+    if not running:  # never close handles under a live thread; the OS reclaims them
+        node.close()
     if node.fatal is not None:
         raise node.fatal
-    if node.failed:
-        raise click.ClickException(f"stopped because the {', '.join(node.failed)} loop crashed")
+    error = stop_error(node.failures, running)
+    if error is not None:
+        raise error
     click.echo("effectlog serve: stopped", err=True)
+
+
+class LoopCrashed(EffectlogError):
+    """A loop of ``serve`` died of something other than its backend: an internal error
+    (exit 1, as any command's unexpected error)."""
+
+    exit_code = EXIT_INTERNAL
+
+
+def stop_error(failures: Sequence[tuple[str, Exception]],
+               running: Sequence[str] = ()) -> EffectlogError | None:
+    """Why ``serve`` stopped by itself, as the error whose exit code says so; None for a
+    clean stop. The first loop that died decides: of a backend fault (the log or broker
+    unavailable, an OS error such as a full disk, a RocksDB error) exit 4, of anything else
+    exit 1 (an internal error). Loops still running after the stop are named, and alone
+    are exit 1 as well."""
+    stuck = f"the {', '.join(running)} loop(s) did not stop in time" if running else ""
+    if not failures:
+        return LoopCrashed(f"internal error: {stuck}") if stuck else None
+    name, exc = failures[0]
+    others = [n for n, _ in failures[1:] if n != name]
+    tail = (f" (then the {', '.join(others)} loop(s) too)" if others else "") + \
+        (f"; {stuck}" if stuck else "")
+    if isinstance(exc, BackendUnavailable):
+        return BackendUnavailable(f"the {name} loop stopped: {exc}{tail}")
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return BackendUnavailable(f"the {name} loop stopped: {exc.strerror or exc}{where}{tail}")
+    if type(exc) is Exception:  # rocksdict's one error type: a RocksDB status
+        return BackendUnavailable(f"the {name} loop stopped: projection storage error: "
+                                  f"{exc}{tail}")
+    return LoopCrashed(f"internal error: the {name} loop crashed: {type(exc).__name__}: "
+                       f"{exc}{tail}")

@@ -36,6 +36,12 @@ def soak(work: Path, *args: str) -> tuple[str, str]:
     return operations, done.stderr
 
 
+def served(stderr: str) -> dict[str, tuple[int, int]]:
+    """Per serve instance, (starts, starts that got to serve) as the soak reported them."""
+    found = re.findall(r"soak: (serve\d*) started (\d+) times, served in (\d+)", stderr)
+    return {name: (int(starts), int(n)) for name, starts, n in found}
+
+
 def kills(stderr: str, what: str) -> int:
     """The final count of ``what`` kills the soak reported on stderr."""
     found = re.findall(rf"(\d+) {what} kills", stderr)
@@ -45,9 +51,11 @@ def kills(stderr: str, what: str) -> int:
 
 def test_a_short_soak_on_sqlite_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
     operations, stderr = soak(tmp_path / "soak", "--ops", "120", "--workers", "3",
-                              "--seed", "11", "--serve-uptime", "0.4-1.2")
+                              "--seed", "11", "--serve-uptime", "1.5-4")
     assert operations == "120"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
+    (starts, serving), = served(stderr).values()
+    assert starts > kills(stderr, "serve") and 0 < serving <= starts, stderr[-2000:]
 
 
 @pytest.mark.kafka
@@ -62,4 +70,7 @@ def test_a_short_soak_on_kafka_with_broker_restarts_loses_nothing(tmp_path: Path
     assert operations == "150"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
     assert kills(stderr, "broker") > 0
+    instances = served(stderr)
+    assert set(instances) == {"serve0", "serve1"}, stderr[-2000:]
+    assert all(0 < serving <= starts for starts, serving in instances.values()), instances
     assert "state-1 caught up from its stored offsets: equals the clean rebuild" in stderr

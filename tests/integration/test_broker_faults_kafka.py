@@ -11,10 +11,12 @@ catches up (lag 0) and equals a clean rebuild.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
+import urllib3
 
 from consumers.providers.fake import FakeProvider
 from tests.broker_faults import (
@@ -36,12 +38,31 @@ PARTITIONS = 2
 #: TIMEOUT_S-bounded: the fresh read (a request of up to 2 x TIMEOUT_S, its 503 retried for
 #: 2 x TIMEOUT_S more), the append's delivery report, the acceptance read. Seen: up to 13.2 s.
 PERFORM_BOUND_S = 8 * TIMEOUT_S
+PROBE_TIMEOUT_S = 3.0  # a health probe's client timeout (a functional bound)
 
 
 def _timed(url: str) -> tuple[int, float]:
     started = time.monotonic()
     status, _ = answer(url)
     return status, time.monotonic() - started
+
+
+def _health_answers_at_once_without_the_log(serve: Serve, since: float) -> None:
+    """503 within a probe's timeout (not after the log's own timeout_s), saying why, with
+    the figures read before the outage and their age."""
+    probe = urllib3.PoolManager(retries=False, timeout=PROBE_TIMEOUT_S)
+    started = time.monotonic()
+    reply = probe.request("GET", f"{serve.url}/healthz")  # a timeout raises: the test fails
+    took, body = time.monotonic() - started, json.loads(reply.data)
+    assert reply.status == 503 and took < PROBE_TIMEOUT_S, (reply.status, took, body)
+    assert body["ok"] is False and body["projector_lag"] is None, body
+    assert body["error"].endswith("; projector lag unknown"), body
+    last = body["last_known"]
+    assert set(last["log_end_offsets"]) == {str(p) for p in range(PARTITIONS)}, body
+    assert isinstance(last["projector_lag"], int), body
+    assert last["age_s"] >= time.monotonic() - since - 1.5, body  # read before the outage
+    print(f"/healthz during the outage: 503 in {took:.2f}s, {body['error']!r}, "
+          f"last known {last}")
 
 
 def _state(serve: Serve, key: str) -> str | None:
@@ -72,7 +93,7 @@ def test_workers_and_serve_through_a_broker_fault(fault_broker: KafkaBroker, fau
                 # Without fresh=1 the projection answers as it is (its applied offset in a
                 # header); a killed broker's consumer may let them go sooner: then 503.
                 assert answer(f"{serve.url}/v1/effects/{key}")[0] == 200
-            assert answer(f"{serve.url}/healthz")[0] == 503
+            _health_answers_at_once_without_the_log(serve, since=away)
             wait_until(lambda: {r.worker for r in feeder.replies if r.finished_at > away
                                 and r.body["status"] == "error"} == {"w0", "w1"},
                        3 * PERFORM_BOUND_S, "each worker told the log is unavailable")
