@@ -11,7 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -62,9 +62,11 @@ class StateClient:
         self._preferred = 0
 
     def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
-            timeout_ms: int | None = None) -> KeyState:
+            timeout_ms: int | None = None, during: Callable[[], None] | None = None) -> KeyState:
         """The key's state. ``min_offset``: once its partition applied that offset (the
-        caller's own append); ``fresh``: once it applied what the log held at the call."""
+        caller's own append); ``fresh``: once it applied what the log held at the call.
+        ``during`` is called while a request is in flight (each attempt's; it must not
+        raise, and should do its work once)."""
         params: dict[str, str] = {}
         if fresh:
             params["fresh"] = "1"
@@ -74,7 +76,7 @@ class StateClient:
             params["timeout_ms"] = str(timeout_ms)
         wait_s = (timeout_ms or 5000) / 1000 if (fresh or min_offset is not None) else 0.0
         status, body, headers = self._request(f"/v1/effects/{quote(key, safe='')}", params,
-                                              wait_s)
+                                              wait_s, during)
         snapshot = json.loads(body) if status == 200 else None
         applied = headers.get("Effectlog-Applied-Offset")
         return KeyState(snapshot, int(headers.get("Effectlog-Partition", -1)),
@@ -110,8 +112,8 @@ class StateClient:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _request(self, path: str, params: dict[str, str],
-                 wait_s: float = 0.0) -> tuple[int, bytes, dict[str, str]]:
+    def _request(self, path: str, params: dict[str, str], wait_s: float = 0.0,
+                 during: Callable[[], None] | None = None) -> tuple[int, bytes, dict[str, str]]:
         """GET ``path`` from the first member that answers it; 200 and 404 are answers."""
         query = f"?{urlencode(params)}" if params else ""
         deadline = time.monotonic() + self.retry_for_s + wait_s
@@ -125,7 +127,7 @@ class StateClient:
                     status, body, headers = self._http.get(
                         server, self._prefix[index] + path + query,
                         connect_timeout_s=min(2.0, self.timeout_s),
-                        read_timeout_s=self.timeout_s + wait_s)
+                        read_timeout_s=self.timeout_s + wait_s, during=during)
                 except (OSError, http.client.HTTPException) as exc:
                     problems.append(f"{server}: {type(exc).__name__}")
                     continue
@@ -177,12 +179,22 @@ class ClusterView:
 
     def seen(self, key: str, since: int | None = None) -> Seen:
         """The snapshot and the partition offset the owner had applied up to: fresh (the
-        log end at the call applied), or with ``since`` once that offset is applied."""
+        log end at the call applied), with ``since`` once that offset is applied, or as it
+        stands (``since`` negative: :data:`effectlog.view.AS_IS`)."""
+        return self._seen(key, since, None)
+
+    def seen_during(self, key: str, since: int, during: Callable[[], None]) -> Seen:
+        """:meth:`seen`, calling ``during`` while the request is in flight (so a worker's
+        ListOffsets and its read overlap)."""
+        return self._seen(key, since, during)
+
+    def _seen(self, key: str, since: int | None, during: Callable[[], None] | None) -> Seen:
         from effectlog.model import EffectEvent
         from effectlog.view import Seen
 
-        state = self.client.get(key, fresh=since is None, min_offset=since,
-                                timeout_ms=int(self.timeout_s * 1000))
+        state = self.client.get(key, fresh=since is None,
+                                min_offset=None if since is None or since < 0 else since,
+                                timeout_ms=int(self.timeout_s * 1000), during=during)
         event = None if state.snapshot is None else EffectEvent.from_json(state.snapshot)
         return Seen(event, state.applied_offset)
 

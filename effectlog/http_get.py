@@ -14,6 +14,7 @@ import http.client
 import select
 import threading
 import weakref
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 #: A reused connection that fails like this was closed by the server while idle: the GET is
@@ -35,7 +36,9 @@ class KeepAliveGets:
         self._lock = threading.Lock()
 
     def get(self, server: str, target: str, *, connect_timeout_s: float,
-            read_timeout_s: float) -> Answer:
+            read_timeout_s: float, during: Callable[[], None] | None = None) -> Answer:
+        """``during`` is called once the request is sent, before its answer is read (it must
+        not raise)."""
         mine: dict[str, http.client.HTTPConnection] = self._local.__dict__.setdefault("by", {})
         conn = mine.get(server)
         reused = conn is not None and conn.sock is not None and not _closed_by_peer(conn)
@@ -44,12 +47,12 @@ class KeepAliveGets:
                 conn.close()
             conn = mine[server] = self._new(server)
         try:
-            return _exchange(conn, target, connect_timeout_s, read_timeout_s)
+            return _exchange(conn, target, connect_timeout_s, read_timeout_s, during)
         except _CLOSED_UNDER_US:
             conn.close()
             if not reused:
                 raise
-            return _exchange(conn, target, connect_timeout_s, read_timeout_s)  # reconnects
+            return _exchange(conn, target, connect_timeout_s, read_timeout_s, during)
         except BaseException:
             conn.close()  # a half-read answer must not be read as the next one's
             raise
@@ -80,12 +83,14 @@ def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
 
 
 def _exchange(conn: http.client.HTTPConnection, target: str, connect_timeout_s: float,
-              read_timeout_s: float) -> Answer:
-    if conn.sock is None:
+              read_timeout_s: float, during: Callable[[], None] | None = None) -> Answer:
+    if conn.sock is None:  # reconnects after a retry's close
         conn.timeout = connect_timeout_s
         conn.connect()
     conn.sock.settimeout(read_timeout_s)
     conn.request("GET", target)
+    if during is not None:
+        during()
     response = conn.getresponse()
     body = response.read()
     headers = {name.title(): value for name, value in response.getheaders()}

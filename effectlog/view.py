@@ -24,6 +24,10 @@ class Seen(NamedTuple):
     through: int | None = None
 
 
+#: A ``since`` that waits for nothing: the view's snapshot as it stands, with how far it reaches.
+AS_IS = -1
+
+
 class StateView(Protocol):
     """Where a writer learns a key's current snapshot and whether its event was accepted."""
 
@@ -55,7 +59,7 @@ class AsyncStateView(Protocol):
 def seen_by(view: StateView, key: str, since: int | None = None) -> Seen:
     """``view.seen(key, since)`` where the view tells how far its snapshot reaches, else the
     (current) snapshot alone. ``since``: a snapshot that has applied that offset will do; the
-    view need not wait for the log end."""
+    view need not wait for the log end (:data:`AS_IS`: it waits for nothing)."""
     seen = getattr(view, "seen", None)
     if seen is None:
         return Seen(view.current(key))

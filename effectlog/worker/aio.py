@@ -20,6 +20,7 @@ from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
 from effectlog.view import (
+    AS_IS,
     AsyncStateView,
     LogView,
     StateView,
@@ -29,7 +30,14 @@ from effectlog.view import (
 )
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
 from effectlog.worker.core import WorkerCore, default_worker_id
-from effectlog.worker.requests import Accepted, Current, Request, Steps
+from effectlog.worker.requests import (
+    Accepted,
+    Current,
+    CurrentAndEnd,
+    PartitionEnd,
+    Request,
+    Steps,
+)
 from effectlog.worker.sync import answer_log
 from effectlog.worker.views import default_view
 
@@ -201,6 +209,11 @@ class AsyncWorker(WorkerBase):
     async def _answer(self, request: Request[Any]) -> Any:
         if isinstance(request, Current):
             return await seen_by_async(self.view, request.key, request.since)
+        if isinstance(request, CurrentAndEnd):  # the read and the ListOffsets at once
+            seen, end = await asyncio.gather(
+                seen_by_async(self.view, request.key, AS_IS),
+                self._off(answer_log, self.log, self._log_view, PartitionEnd(request.key)))
+            return seen, end
         if isinstance(request, Accepted):
             return await self.view.accepted(request.event, request.position, request.timeout)
         return await self._off(answer_log, self.log, self._log_view, request)

@@ -42,6 +42,7 @@ from effectlog.worker.requests import (
     Append,
     AppendAfter,
     Current,
+    CurrentAndEnd,
     CurrentAt,
     PartitionEnd,
     Request,
@@ -131,27 +132,26 @@ class WorkerCore:
         """
         if not self.atomic:
             basis = None if fresh else self.basis.get(key)
-            end = yield from ask(PartitionEnd(key))
-            if basis is not None and (yield from self._still_current(key, basis, end)):
-                seen = Seen(basis.event, max(end, basis.through or 0))
-            elif end == 0:
-                seen = Seen(None, 0)
-            elif basis is None or not basis.through:
-                seen = yield from self._fresh(key, end)
+            if basis is None or not basis.through:
+                seen, end = yield from ask(CurrentAndEnd(key))
+                seen = Seen(None, 0) if end == 0 else (yield from self._current_at(key, seen, end))
             else:
-                seen = yield from ask(Current(key, basis.through - 1))
+                end = yield from ask(PartitionEnd(key))
+                if (yield from self._still_current(key, basis, end)):
+                    seen = Seen(basis.event, end)
+                else:
+                    seen = yield from ask(Current(key, basis.through - 1))
             self._set_basis(key, seen)
             return seen.event
         if fresh or key not in self.known:
             self.remember(key, *(yield from ask(CurrentAt(key))))
         return self.known[key][0]
 
-    def _fresh(self, key: str, end: int) -> Steps[Seen]:
-        """The key's state at partition end ``end``: what the view has applied now, when it
-        reaches ``end`` or the log proves nothing of the key came after it; else the view's
-        once it has applied ``end`` (a view that does not say how far it reaches is read
-        once, as current)."""
-        seen = yield from ask(Current(key, 0))  # no wait for the projection
+    def _current_at(self, key: str, seen: Seen, end: int) -> Steps[Seen]:
+        """The key's state at partition end ``end``, given the view's ``seen`` read without
+        waiting: that one, when it reaches ``end`` or the log proves nothing of the key came
+        after it; else the view's once it has applied ``end`` (a view that does not say how
+        far it reaches is taken as current)."""
         if seen.through is None:
             return seen
         if (yield from self._still_current(key, seen, end)):

@@ -23,10 +23,19 @@ class Request(Generic[R]):
 @dataclass(frozen=True, slots=True)
 class Current(Request[Seen]):
     """The state view's snapshot of ``key`` (and how far it reaches, if known), once the
-    view has applied offset ``since`` of the key's partition (None: the log end now)."""
+    view has applied offset ``since`` of the key's partition (None: the log end now;
+    :data:`~effectlog.view.AS_IS`: no wait)."""
 
     key: str
     since: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAndEnd(Request["tuple[Seen, int]"]):
+    """The state view's snapshot of ``key`` as it stands (no wait), and the end offset of the
+    key's partition asked at the same time (the two round trips overlap where they can)."""
+
+    key: str
 
 
 @dataclass(frozen=True, slots=True)

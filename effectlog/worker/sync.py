@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -10,7 +11,7 @@ from effectlog.log.base import EVENTS, EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
-from effectlog.view import LogView, StateView, decode_events, seen_by
+from effectlog.view import AS_IS, LogView, Seen, StateView, decode_events, seen_by
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
 from effectlog.worker.core import WorkerCore, default_worker_id
 from effectlog.worker.requests import (
@@ -18,6 +19,7 @@ from effectlog.worker.requests import (
     Append,
     AppendAfter,
     Current,
+    CurrentAndEnd,
     CurrentAt,
     PartitionEnd,
     Request,
@@ -46,6 +48,46 @@ def answer_log(log: EventLog, log_view: LogView, request: Request[Any]) -> Any:
         items = [(request.key, d) for d in request.data]
         return log.append_many(EVENTS, items) if request.atomic else log.append_ordered(EVENTS, items)
     raise TypeError(f"not a log request: {request!r}")
+
+
+class Overlapped:
+    """A call made at most once, while another request is in flight; its error is kept
+    for :meth:`result` (``run`` never raises)."""
+
+    def __init__(self, fn: Callable[[], R]) -> None:
+        self._fn: Callable[[], Any] = fn
+        self._ran = False
+        self._value: Any = None
+        self._error: Exception | None = None
+
+    def run(self) -> None:
+        if self._ran:
+            return
+        self._ran = True
+        try:
+            self._value = self._fn()
+        except Exception as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self.run()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def seen_with_end(view: StateView, log: EventLog, key: str) -> tuple[Seen, int]:
+    """The view's snapshot of ``key`` as it stands and the end of its partition: the
+    ListOffsets runs while the read is in flight where the view allows it (``seen_during``),
+    else first (and an empty partition is not read)."""
+    end = Overlapped(functools.partial(log.partition_end, EVENTS,
+                                       log.partition_for(EVENTS, key)))
+    during = getattr(view, "seen_during", None)
+    if during is None:
+        at = int(end.result())
+        return (Seen(None, 0) if at == 0 else seen_by(view, key, AS_IS)), at
+    seen: Seen = during(key, AS_IS, end.run)
+    return seen, int(end.result())
 
 
 def drive(steps: Steps[R], answer: Callable[[Request[Any]], Any]) -> R:
@@ -197,6 +239,8 @@ class Worker(WorkerBase):
     def _answer(self, request: Request[Any]) -> Any:
         if isinstance(request, Current):
             return seen_by(self.view, request.key, request.since)
+        if isinstance(request, CurrentAndEnd):
+            return seen_with_end(self.view, self.log, request.key)
         if isinstance(request, Accepted):
             return self.view.accepted(request.event, request.position, request.timeout)
         return answer_log(self.log, self._log_view, request)

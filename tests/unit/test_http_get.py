@@ -86,3 +86,24 @@ def test_a_server_that_is_gone_is_an_os_error() -> None:
     gets = KeepAliveGets()
     with pytest.raises(OSError):
         get(gets, f"http://127.0.0.1:{port}", "/x")
+
+
+def test_during_runs_while_the_request_is_in_flight(server: str) -> None:
+    """``during`` is called after the request went out and before its answer is read: the
+    server has the request by then (a worker's ListOffsets overlaps its read this way)."""
+    gets = KeepAliveGets()
+    seen_by_server: list[int] = []
+
+    def during() -> None:
+        deadline = threading.Event()
+        for _ in range(100):  # the server takes the request on its own thread
+            if Handler.peers:
+                break
+            deadline.wait(0.02)
+        seen_by_server.append(len(Handler.peers))
+
+    status, body, _ = gets.get(server, "/v1/effects/k?min_offset=0", connect_timeout_s=2,
+                               read_timeout_s=5, during=during)
+    assert (status, body) == (200, b"/v1/effects/k?min_offset=0")
+    assert seen_by_server == [1]
+    gets.close()

@@ -22,7 +22,7 @@ from effectlog.log.base import Position
 from effectlog.log.memory import MemoryLog
 from effectlog.machine import advance, fold
 from effectlog.model import EffectEvent, State, Transition
-from effectlog.view import LogView, Seen, decode_events
+from effectlog.view import AS_IS, LogView, Seen, decode_events
 from effectlog.worker import EffectInDoubt, Worker
 
 KIND, TARGET = "email.send", "mailto:a@example.com"
@@ -75,7 +75,7 @@ class SeeingView:
     def seen(self, key: str, since: int | None = None) -> Seen:
         self.calls.append("seen" if since is None else "seen since")
         through = self.log.partition_end(EVENTS, self.log.partition_for(EVENTS, key))
-        if self.lag and since == 0:  # a projection behind the log end (it need not wait)
+        if self.lag and since == AS_IS:  # a projection behind the log end (it need not wait)
             through -= self.lag
         records = [r for r in self.log.read_key(EVENTS, key) if r.offset < through]
         seen = Seen(fold(decode_events(self.log, key, records))[0], through)
@@ -258,3 +258,29 @@ def test_a_snapshot_behind_the_log_end_is_current_only_when_the_log_proves_it(
     created = worker.create("op-1", KIND, TARGET, {"n": 1})
     assert view.calls == reads
     assert created.worker_id == ("w0" if behind == "the key itself" else "w1")
+
+
+class OverlappingView(SeeingView):
+    """A view that, like the cluster client, runs a call while its read is in flight."""
+
+    def seen_during(self, key: str, since: int, during: Callable[[], None]) -> Seen:
+        self.calls.append("seen during")
+        during()
+        return self.seen(key, since)
+
+
+def test_the_first_read_and_the_end_offsets_overlap_and_an_end_offsets_error_wins(
+        log: PlainLog) -> None:
+    view = OverlappingView(log)
+    worker = Worker(log, "w1", view=view)
+    assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
+    assert view.calls == ["seen during", "seen since"]  # one read, made while asking the end
+    assert [c for c in log.calls if c != "partition_end"] == ["append_ordered"]
+
+    def no_end(topic: str, partition: int) -> int:
+        raise BackendUnavailable("kafka broker unreachable: no end offsets")
+
+    log.partition_end = no_end  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable, match="no end offsets"):
+        worker.perform("op-2", KIND, TARGET, {"n": 2}, lambda call: "sent")
+    assert LogView(log).current(key("op-2")) is None  # nothing written on a read that failed
