@@ -105,6 +105,7 @@ class _Api:
         self.node = node
         self.forwarder = Forwarder(node.url)
         self.health_check = HealthCheck(node, node.settings.health_wait_s)
+        self._refreshing: asyncio.Future[None] | None = None
 
     async def close(self, app: web.Application) -> None:
         await self.forwarder.close()
@@ -266,8 +267,18 @@ class _Api:
     # -- operations ----------------------------------------------------------------------
 
     async def metrics(self, request: web.Request) -> web.Response:
-        try:  # as fresh as /healthz; the last figures when the log does not answer
-            await asyncio.to_thread(self.node.refresh_metrics)
+        """Prometheus text, refreshed first when the log answers within ``/healthz``'s bound;
+        else the last figures (a scrape never hangs on a broker outage). Scrapes arriving
+        while a refresh is under way share it."""
+        if self._refreshing is None or self._refreshing.done():
+            refreshing = asyncio.ensure_future(asyncio.to_thread(self.node.refresh_metrics))
+            refreshing.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._refreshing = refreshing
+        wait_s = self.node.settings.health_wait_s
+        try:
+            await asyncio.wait_for(asyncio.shield(self._refreshing), wait_s)
+        except TimeoutError:
+            logger.warning("metrics: the log did not answer within %gs; the last figures", wait_s)
         except EffectlogError as exc:
             logger.warning("metrics refresh failed: %s", exc)
         return web.Response(body=self.node.metrics.render(),

@@ -28,17 +28,19 @@ logger = logging.getLogger(__name__)
 def standby_partitions(owners: Mapping[int, str], members: Sequence[str], me: str,
                        count: int) -> set[int]:
     """The partitions ``me`` keeps warm: those whose next ``count`` members after their
-    owner (in sorted URL order, wrapping around) include ``me``."""
-    ring = sorted(set(members) | {me})
-    if count < 1 or len(ring) < 2:
+    owner (in sorted URL order, wrapping around) include ``me``. An owner that has left the
+    members keeps its place until the group moves its partitions, so their copies stay warm
+    where the group is about to assign them."""
+    if count < 1:
         return set()
+    live = set(members) | {me}
     mine = set()
     for partition, owner in owners.items():
-        if owner == me or owner not in ring:
+        if owner == me:
             continue
+        ring = sorted(live | {owner})
         at = ring.index(owner)
-        followers = [ring[(at + k) % len(ring)] for k in range(1, min(count, len(ring) - 1) + 1)]
-        if me in followers:
+        if me in (ring[at + 1:] + ring[:at])[:count]:
             mine.add(partition)
     return mine
 

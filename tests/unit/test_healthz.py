@@ -103,3 +103,29 @@ def test_healthz_reports_a_log_that_refuses_with_its_reason(node: Node) -> None:
                              "projector lag unknown")
     last = body["last_known"]
     assert isinstance(last, dict) and last["log_end_offsets"] == {"0": 1}
+
+
+def test_metrics_answer_with_the_last_figures_while_the_log_does_not_answer(
+        node: Node) -> None:
+    http = urllib3.PoolManager(retries=False, timeout=CLIENT_TIMEOUT_S)
+    assert http.request("GET", node.url + "/metrics").status == 200
+    work_log = node.logs["work"]
+    release, reads = threading.Event(), []
+    real_end_offsets = work_log.end_offsets
+
+    def held(topic: str) -> dict[int, int]:
+        reads.append(topic)
+        release.wait(20)
+        return real_end_offsets(topic)
+
+    work_log.end_offsets = held  # type: ignore[method-assign]
+    try:
+        for _ in range(2):  # the second scrape shares the first one's refresh
+            started = time.monotonic()
+            reply = http.request("GET", node.url + "/metrics")
+            assert reply.status == 200 and time.monotonic() - started < CLIENT_TIMEOUT_S
+            assert b"effectlog_projector_lag" in reply.data
+        assert len(reads) == 1
+    finally:
+        release.set()
+        work_log.end_offsets = real_end_offsets  # type: ignore[method-assign]
