@@ -29,7 +29,7 @@ from effectlog.log.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
-KEEP = 20_000  # records remembered per partition (offset and key: a few MB in all)
+KEEP = 10_000  # records remembered per partition (offset and key: about 1 MB each)
 POLL_S = 0.1
 
 
