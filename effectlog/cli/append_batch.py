@@ -46,8 +46,9 @@ class _Recorder(EventLog):
         return [self.append(topic, key, value) for key, value in items]
 
     def partition_end(self, topic: str, partition: int) -> int:
-        """No end while planning: -1 matches no state a read reached, so every step asks
-        the batch's view."""
+        """No end while planning (-1). Every step still asks the batch's view: it says
+        nothing of how far its states reach, and planned appends have no offsets, so no
+        state is ever proved current against this end."""
         return -1
 
     def untouched(self, topic: str, key: str, start: int, end: int,

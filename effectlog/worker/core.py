@@ -161,7 +161,7 @@ class WorkerCore:
     def _still_current(self, key: str, seen: Seen, end: int) -> Steps[bool]:
         """Whether ``seen`` is the key's state at partition end ``end``."""
         through = seen.through
-        if through is None or end < 0:  # end -1: a planning log that has no end
+        if through is None:
             return False
         if through >= end:
             return True
