@@ -3,6 +3,7 @@ server that is gone is an OSError (which the state client turns into trying the 
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import socket
 import threading
@@ -107,3 +108,76 @@ def test_during_runs_while_the_request_is_in_flight(server: str) -> None:
     assert (status, body) == (200, b"/v1/effects/k?min_offset=0")
     assert seen_by_server == [1]
     gets.close()
+
+
+class RawServer:
+    """Answers each connection's requests with canned bytes, to show what the parser makes
+    of answers no well-behaved server sends."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        if answers:
+            self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            for answer in self.answers:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    request += chunk
+                self.requests.append(request)
+                conn.sendall(answer)
+            conn.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        if self.answers:
+            self.thread.join(5)
+        self.sock.close()
+
+
+def test_an_answer_split_across_packets_and_a_chunked_body_are_read_whole() -> None:
+    raw = RawServer([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                     b"effectlog-applied-offset: 7\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"])
+    gets = KeepAliveGets()
+    assert get(gets, raw.url, "/a") == (200, b"abcde", {"Transfer-Encoding": "chunked",
+                                                        "Effectlog-Applied-Offset": "7"})
+    assert raw.requests[0].startswith(b"GET /a HTTP/1.1\r\nHost: 127.0.0.1:")
+    gets.close()
+    raw.close()
+
+
+def test_a_malformed_or_cut_answer_is_an_http_exception() -> None:
+    for answer in (b"HTTP/1.1 2OO OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc"):
+        raw = RawServer([answer])
+        gets = KeepAliveGets()
+        with pytest.raises(http.client.HTTPException):
+            get(gets, raw.url, "/a")
+        gets.close()
+        raw.close()
+
+
+def test_a_connection_close_answer_is_not_reused() -> None:
+    raw = RawServer([b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"])
+    gets = KeepAliveGets()
+    assert get(gets, raw.url, "/a")[:2] == (404, b"{}")
+    gets.close()
+    raw.close()
+
+
+def test_a_target_that_is_not_a_path_is_refused_unsent() -> None:
+    raw = RawServer([])
+    gets = KeepAliveGets()
+    for target in ("/a b", "/a\r\nX: 1", "relative", "/caf\u00e9"):
+        with pytest.raises(http.client.InvalidURL):
+            get(gets, raw.url, target)
+    assert raw.requests == []
+    gets.close()
+    raw.close()
