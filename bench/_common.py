@@ -59,3 +59,27 @@ def kafka_bootstrap() -> Iterator[str | None]:
     except BrokerError as exc:
         print(f"no Kafka broker for the benchmark: {exc}", file=sys.stderr)
         yield None
+
+
+@contextlib.contextmanager
+def run_topics(url: str) -> Iterator[None]:
+    """Create the topics of ``url`` (a prefix of this run's own) and delete them afterwards,
+    so a shared broker does not pile up benchmark topics: its log cleaner scans every
+    compacted partition it holds, and a broker holding a thousand of them spends a good share
+    of a core on that alone, which the next run would measure."""
+    from confluent_kafka.admin import AdminClient
+
+    from effectlog.log.base import TOPICS
+    from effectlog.log.kafka import KafkaSettings, create_topics
+
+    settings = KafkaSettings.from_url(url)
+    create_topics(settings)
+    try:
+        yield
+    finally:
+        admin = AdminClient(settings.client_config())
+        for future in admin.delete_topics([settings.topic(t) for t in TOPICS]).values():
+            try:
+                future.result(30)
+            except Exception as exc:  # reported, not fatal: the figures are already taken
+                print(f"could not delete a benchmark topic: {exc}", file=sys.stderr)

@@ -10,7 +10,8 @@ or the worker's key tail saw only other keys in between; else it asks the API wi
 ``?min_offset=``), calls the provider (a no-op here), checks with one ListOffsets that nothing
 of the key was written since, and appends RECORD. Throughput
 with 1, 8 and 32 threads sharing one log is compared with bare threads producing the same
-records in the same pattern.
+records in the same pattern, once before and once after effectlog's phase (the mean of the
+two). The run's topics are deleted at the end, so a shared broker does not collect them.
 
 Usage: python bench/kafka_worker.py [--samples N] [--effects N]
 The last line gives perform's p50 as a ratio to the floor, and 32 threads' throughput as a
@@ -28,12 +29,12 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import kafka_bootstrap, percentile, threaded
+from _common import kafka_bootstrap, percentile, run_topics, threaded
 from confluent_kafka import OFFSET_END, Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 
 from effectlog.log import EVENTS, open_log
-from effectlog.log.kafka import KafkaSettings, create_topics, murmur2_partition
+from effectlog.log.kafka import KafkaSettings, murmur2_partition
 from effectlog.log.kafka.producer import producer_config
 from effectlog.log.kafka.reader import reader_config
 from effectlog.worker import Worker
@@ -109,52 +110,81 @@ def bench_append(url: str, bare: Bare, keys: int = 2500) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--effects", type=int, default=1600, help="per thread count")
+    parser.add_argument("--effects", type=int, default=4800, help="per thread count")
     args = parser.parse_args()
     with kafka_bootstrap() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         if bootstrap is None:
             raise SystemExit("no Kafka broker")
-        url = f"kafka://{bootstrap}?prefix=kw{uuid.uuid4().hex[:8]}"
-        settings = KafkaSettings.from_url(url)
-        create_topics(settings)
-        provider = Path(tmp) / "provider.db"
-        node = Serve(Path(tmp), "bench", url, provider)
-        log = open_log(url)
-        bare = Bare(settings)
-        try:
-            wait_until(lambda: len(node.serving()) == settings.partitions, 90, "serve is up")
-            run = uuid.uuid4().hex[:6]
-            worker = Worker(log, "bench", server=node.url)
-            n = args.samples
-            floor, ours = [], []
-            for i in range(n + 20):
-                key = f"agent:floor-{run}-{i}:k:t"
-                t0 = time.perf_counter()
-                bare.floor(key)
-                t1 = time.perf_counter()
-                worker.perform(f"one-{run}-{i}", "email.send", f"mailto:u{i}", {"i": i},
-                               lambda call: None)
-                t2 = time.perf_counter()
-                if i >= 20:
-                    floor.append((t1 - t0) * 1000)
-                    ours.append((t2 - t1) * 1000)
-            rows = []
-            for threads in (1, 8, 32):
-                per = max(1, args.effects // threads)
-                workers = [Worker(log, f"bench-{threads}-{t}", server=node.url)
-                           for t in range(threads)]
-                ours_s = threaded(threads, lambda t, per=per, ws=workers, th=threads: [
-                    ws[t].perform(f"t{th}-{run}-{t}-{i}", "email.send", f"mailto:{t}-{i}",
-                                  {"i": i}, lambda call: None) for i in range(per)])
-                bare_s = threaded(threads, lambda t, per=per, th=threads: [
-                    (bare.produce(f"agent:bare{th}-{run}-{t}-{i}:k:t", 3),
-                     bare.produce(f"agent:bare{th}-{run}-{t}-{i}:k:t", 1)) for i in range(per)])
-                rows.append((threads, per * threads / ours_s, per * threads / bare_s))
-            appended, bare_appended = bench_append(url, bare)
-        finally:
-            bare.close()
-            log.close()
-            node.stop()
+        prefix = f"kw{uuid.uuid4().hex[:8]}"
+        url = f"kafka://{bootstrap}?prefix={prefix}"
+        # bare writers use topics of their own (same partitions): serve, the key tail and the
+        # log cleaner never see their records while effectlog is measured
+        bare_url = f"kafka://{bootstrap}?prefix={prefix}bare"
+        with run_topics(url), run_topics(bare_url):
+            rows, appended, bare_appended, floor, ours = measure(
+                args, url, KafkaSettings.from_url(bare_url), Path(tmp))
+    report(rows, appended, bare_appended, floor, ours)
+
+
+Row = tuple[int, float, float]
+
+
+def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings,
+            tmp: Path) -> tuple[list[Row], float, float, list[float], list[float]]:
+    """The floor and perform samples, the thread rows and the append figures of one run."""
+    node = Serve(tmp, "bench", url, tmp / "provider.db")
+    log = open_log(url)
+    bare = Bare(bare_settings)
+    try:
+        wait_until(lambda: len(node.serving()) == bare_settings.partitions, 90, "serve is up")
+        run = uuid.uuid4().hex[:6]
+        worker = Worker(log, "bench", server=node.url)
+        n = args.samples
+        floor, ours = [], []
+        for i in range(n + 20):
+            key = f"agent:floor-{run}-{i}:k:t"
+            t0 = time.perf_counter()
+            bare.floor(key)
+            t1 = time.perf_counter()
+            worker.perform(f"one-{run}-{i}", "email.send", f"mailto:u{i}", {"i": i},
+                           lambda call: None)
+            t2 = time.perf_counter()
+            if i >= 20:
+                floor.append((t1 - t0) * 1000)
+                ours.append((t2 - t1) * 1000)
+        rows = []
+        for threads in (1, 8, 32):
+            per = max(1, args.effects // threads)
+            workers = [Worker(log, f"bench-{threads}-{t}", server=node.url)
+                       for t in range(threads)]
+            before = bare_phase(bare, threads, per, f"{run}a")
+            ours_s = threaded(threads, lambda t, per=per, ws=workers, th=threads: [
+                ws[t].perform(f"t{th}-{run}-{t}-{i}", "email.send", f"mailto:{t}-{i}",
+                              {"i": i}, lambda call: None) for i in range(per)])
+            # bare writers before and after effectlog's phase: the mean of the two
+            bare_s = (before + bare_phase(bare, threads, per, f"{run}b")) / 2
+            rows.append((threads, per * threads / ours_s, per * threads / bare_s))
+        appended, bare_appended = bench_append(url, bare)
+    finally:
+        bare.close()
+        log.close()
+        node.stop()
+    return rows, appended, bare_appended, floor, ours
+
+
+def bare_phase(bare: Bare, threads: int, per: int, run: str) -> float:
+    """Seconds for ``threads`` bare writers to produce ``per`` effects' records each, in the
+    pattern of a perform (3 records, wait, 1 record, wait)."""
+    def writer(t: int) -> None:
+        for i in range(per):
+            bare.produce(f"agent:bare{threads}-{run}-{t}-{i}:k:t", 3)
+            bare.produce(f"agent:bare{threads}-{run}-{t}-{i}:k:t", 1)
+
+    return threaded(threads, writer)
+
+
+def report(rows: list[Row], appended: float, bare_appended: float, floor: list[float],
+           ours: list[float]) -> None:
     p50, floor50 = percentile(ours, 50), percentile(floor, 50)
     print(f"floor (2 produce round trips + 1 ListOffsets, bare): p50 {floor50:.2f} ms, "
           f"p99 {percentile(floor, 99):.2f} ms")
