@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,20 +32,17 @@ from effectlog.machine import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     advance,
     check,
-    check_binding,
     new_effect,
 )
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.text import check_free_text
 from effectlog.view import Seen
+from effectlog.worker.knowledge import KeyKnowledge
 from effectlog.worker.requests import (
     Accepted,
     Append,
     AppendAfter,
     Current,
-    CurrentAndEnd,
-    CurrentAt,
-    PartitionEnd,
     Request,
     Steps,
     Untouched,
@@ -58,6 +56,7 @@ T = Transition
 MAX_WORKER_ID = 200
 RACE_RETRIES = 5
 OPEN_FOR_DISPATCH = frozenset({State.CREATED, State.RESERVED})
+FINISHED = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
 
 
 class EffectInDoubt(Conflict):
@@ -91,102 +90,42 @@ def default_worker_id() -> str:
 
 # -- the core ----------------------------------------------------------------------------
 
-class WorkerCore:
+class WorkerCore(KeyKnowledge):
     """Judging and bookkeeping for one worker identity.
 
     ``atomic``: the shell reads through its own log view on a backend with compare-and-append,
     so each append is conditional on the key's last record and accepted by construction (no
-    read-back). Otherwise appends are plain and read back through the state view (``verify``).
+    read-back). Otherwise appends are plain and judged after they land (``verify``).
     """
 
     def __init__(self, worker_id: str, *, atomic: bool, verify: bool = True,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  accept_timeout_s: float = 10.0) -> None:
+        super().__init__(atomic=atomic, verify=verify)
         self.worker_id = check_free_text("worker_id", worker_id, max_chars=MAX_WORKER_ID)
-        self.atomic = atomic
-        self.verify = verify
         self.max_payload_bytes = max_payload_bytes
         self.accept_timeout_s = accept_timeout_s
-        self.known: dict[str, tuple[EffectEvent | None, int | None]] = {}
-        #: Non-atomic mode: the key's state its next write builds on, with how far it reaches.
-        self.basis: dict[str, Seen] = {}
         self.claimed: dict[str, int] = {}
         self.last_position: Position | None = None
         self._codec = event_codec()
 
-    # -- reads ---------------------------------------------------------------------------
+    # -- writes on what is known ---------------------------------------------------------
 
-    def load(self, key: str, fresh: bool = False) -> Steps[EffectEvent | None]:
-        """Current snapshot of ``key``; in atomic mode also remembers the offset it is at.
-
-        Otherwise every transition reads the key first, so a worker whose key was taken over
-        meanwhile is refused before it writes anything. It starts with the partition's end
-        offset (one ListOffsets): when the partition still ends where the state this worker
-        last saw of the key reaches (its own accepted write, say), or the log proves that
-        nothing of the key was written since (:meth:`~effectlog.log.base.EventLog.untouched`),
-        that state is current; an empty partition holds no effect. Otherwise (``fresh`` or a
-        key not seen before) the view is asked for what it has applied now, which is current
-        when the log proves nothing of the key came after it, and else asked again once its
-        projection has applied that end; or, for a key this worker wrote, at least as far as
-        the state it last saw.
-        """
-        if not self.atomic:
-            basis = None if fresh else self.basis.get(key)
-            if basis is None or not basis.through:
-                seen, end = yield from ask(CurrentAndEnd(key))
-                seen = Seen(None, 0) if end == 0 else (yield from self._current_at(key, seen, end))
-            else:
-                end = yield from ask(PartitionEnd(key))
-                if (yield from self._still_current(key, basis, end)):
-                    seen = Seen(basis.event, end)
-                else:
-                    seen = yield from ask(Current(key, basis.through - 1))
-            self._set_basis(key, seen)
-            return seen.event
-        if fresh or key not in self.known:
-            self.remember(key, *(yield from ask(CurrentAt(key))))
-        return self.known[key][0]
-
-    def _current_at(self, key: str, seen: Seen, end: int) -> Steps[Seen]:
-        """The key's state at partition end ``end``, given the view's ``seen`` read without
-        waiting: that one, when it reaches ``end`` or the log proves nothing of the key came
-        after it; else the view's once it has applied ``end`` (a view that does not say how
-        far it reaches is taken as current)."""
-        if seen.through is None:
-            return seen
-        if (yield from self._still_current(key, seen, end)):
-            return Seen(seen.event, max(end, seen.through))
-        return (yield from ask(Current(key, end - 1)))
-
-    def _still_current(self, key: str, seen: Seen, end: int) -> Steps[bool]:
-        """Whether ``seen`` is the key's state at partition end ``end``."""
-        through = seen.through
-        if through is None:
-            return False
-        if through >= end:
-            return True
-        return through > 0 and (yield from ask(Untouched(key, through, end)))
-
-    def require(self, key: str) -> Steps[EffectEvent]:
-        current = yield from self.load(key)
+    def _judged(self, key: str, build: Callable[[EffectEvent], EffectEvent]) -> Steps[EffectEvent]:
+        """Write ``build(state)`` on the key's state; built on an unconfirmed state and
+        refused (by the rules here or by the log), it is judged again on the current state,
+        so it meets the refusal (or the success) a read first would have given."""
+        current, unconfirmed = yield from self._writable(key)
+        if unconfirmed:
+            try:
+                if current is not None:
+                    return (yield from self.write(build(current)))
+            except (IllegalTransition, Fenced):
+                pass
+            current = yield from self.load(key, fresh=True)
         if current is None:
             raise NotFound(f"no effect with key {key}")
-        return current
-
-    def existing(self, created: EffectEvent, fresh: bool = False) -> Steps[EffectEvent | None]:
-        """The key's current record if the effect exists (same payload), else None.
-
-        In atomic mode a key this worker has not seen is not read: appending "no record yet"
-        fails if it exists, and only then is it read (one query fewer). Raises
-        :class:`PayloadMismatch` when the key exists with another payload.
-        """
-        key = created.idempotency_key
-        if not fresh and self.atomic and key not in self.known:
-            return None
-        existing = yield from self.load(key, fresh=fresh)
-        if existing is not None:
-            check_binding(existing, created)
-        return existing
+        return (yield from self.write(build(current)))
 
     # -- transitions ---------------------------------------------------------------------
 
@@ -198,7 +137,9 @@ class WorkerCore:
     def create(self, operation_id: str, kind: str, target: str, payload: Any,
                payload_ref: str | None) -> Steps[EffectEvent]:
         event = self.new_effect(operation_id, kind, target, payload, payload_ref)
-        existing = yield from self.existing(event)
+        existing, unconfirmed = yield from self._existing_to_write_on(event)
+        if existing is not None and unconfirmed and existing.state not in FINISHED:
+            existing = yield from self.existing(event, fresh=True)  # answered as it is now
         if existing is None:
             try:
                 return (yield from self.write(event))
@@ -210,17 +151,20 @@ class WorkerCore:
         return existing
 
     def reserve(self, key: str, epoch: int | None) -> Steps[EffectEvent]:
-        current = yield from self.require(key)
-        transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
-        return (yield from self.write(advance(current, transition, self.worker_id, epoch=epoch)))
+        def claim(current: EffectEvent) -> EffectEvent:
+            transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
+            return advance(current, transition, self.worker_id, epoch=epoch)
+
+        return (yield from self._judged(key, claim))
 
     def step(self, key: str, transition: Transition, epoch: int | None, *,
              outcome: Outcome | None = None, error: str | None = None) -> Steps[EffectEvent]:
-        """DISPATCH, RECORD, UNKNOWN or AWAIT_APPROVAL with this worker's epoch."""
-        current = yield from self.require(key)
-        event = advance(current, transition, self.worker_id, outcome=outcome, error=error,
-                        epoch=self.epoch(key, current, epoch))
-        return (yield from self.write(event))
+        """DISPATCH, RECORD, UNKNOWN or AWAIT_APPROVAL with this worker's epoch (built on
+        this worker's own last write with no read first, see :meth:`_writable`: the RECORD
+        after a provider call needs no ListOffsets)."""
+        return (yield from self._judged(key, lambda current: advance(
+            current, transition, self.worker_id, outcome=outcome, error=error,
+            epoch=self.epoch(key, current, epoch))))
 
     def record(self, key: str, status: State | str, result: Any, source: str,
                epoch: int | None) -> Steps[EffectEvent]:
@@ -236,10 +180,9 @@ class WorkerCore:
             raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
         check_free_text("--by", by, max_chars=MAX_WORKER_ID)
         check_free_text("--reason", reason)
-        current = yield from self.require(key)
         approval = Approval(choice, by, reason)
-        return (yield from self.write(advance(current, T.APPROVE, self.worker_id,
-                                              approval=approval)))
+        return (yield from self._judged(key, lambda current: advance(
+            current, T.APPROVE, self.worker_id, approval=approval)))
 
     def begin(self, operation_id: str, kind: str, target: str, payload: Any,
               payload_ref: str | None) -> Steps[tuple[EffectEvent, bool]]:
@@ -255,11 +198,13 @@ class WorkerCore:
         """
         created = self.new_effect(operation_id, kind, target, payload, payload_ref)
         for attempt in range(RACE_RETRIES):
-            existing = yield from self.existing(created, fresh=attempt > 0)
+            existing, unconfirmed = yield from self._existing_to_write_on(created, attempt > 0)
             head = created if existing is None else existing
-            if head.state in (State.SUCCEEDED, State.FAILED, State.ABANDONED):
+            if head.state in FINISHED:
                 return head, True
             if head.state not in OPEN_FOR_DISPATCH:
+                if unconfirmed:
+                    continue  # a state left to recovery is refused on the current state only
                 raise EffectInDoubt(head)
             claim = advance(head, T.RESERVE if head.state is State.CREATED else T.CLAIM,
                             self.worker_id)
@@ -320,16 +265,6 @@ class WorkerCore:
             self.forget(key)
             raise
 
-    def forget(self, key: str) -> None:
-        """Trust nothing known of ``key`` (an append of it may or may not have landed)."""
-        self.known.pop(key, None)
-        self.basis.pop(key, None)
-
-    def _set_basis(self, key: str, seen: Seen) -> None:
-        if len(self.basis) >= 10_000 and key not in self.basis:
-            self.basis.pop(next(iter(self.basis)))
-        self.basis[key] = seen
-
     def _follows(self, key: str, events: tuple[EffectEvent, ...],
                  positions: list[Position]) -> Steps[bool]:
         """True when the append provably follows the state it was built on, so it is
@@ -351,11 +286,6 @@ class WorkerCore:
             return True
         own = frozenset(p.offset for p in positions)
         return (yield from ask(Untouched(key, through, positions[-1].offset + 1, own)))
-
-    def remember(self, key: str, event: EffectEvent | None, offset: int | None) -> None:
-        if len(self.known) >= 10_000:
-            self.known.pop(next(iter(self.known)))
-        self.known[key] = (event, offset)
 
     def _write_atomic(self, events: tuple[EffectEvent, ...],
                       data: tuple[bytes, ...]) -> Steps[EffectEvent]:

@@ -74,7 +74,8 @@ class SeeingView:
 
     def seen(self, key: str, since: int | None = None) -> Seen:
         self.calls.append("seen" if since is None else "seen since")
-        through = self.log.partition_end(EVENTS, self.log.partition_for(EVENTS, key))
+        # the log end as the projection knows it (not counted as the worker's ListOffsets)
+        through = MemoryLog.partition_end(self.log, EVENTS, self.log.partition_for(EVENTS, key))
         if self.lag and since == AS_IS:  # a projection behind the log end (it need not wait)
             through -= self.lag
         records = [r for r in self.log.read_key(EVENTS, key) if r.offset < through]
@@ -102,13 +103,20 @@ def log() -> PlainLog:
     return log
 
 
-def test_an_empty_partition_needs_no_read() -> None:
-    log = PlainLog()
-    view = SeeingView(log)
-    Worker(log, "w1", view=view).perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent")
-    assert view.calls == []
+def test_a_perform_needs_no_end_offsets(log: PlainLog) -> None:
+    """Its writes are judged after they land, so no ListOffsets is asked before them: a log
+    that cannot say where its partitions end does not stop a perform (a fresh ``get`` needs
+    one, and fails)."""
+    def no_end(topic: str, partition: int) -> int:
+        raise BackendUnavailable("kafka broker unreachable: no end offsets")
+
+    log.partition_end = no_end  # type: ignore[method-assign]
+    worker = Worker(log, "w1", view=SeeingView(log))
+    assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
     final = LogView(log).current(key("op-1"))
     assert final is not None and final.state is State.SUCCEEDED
+    with pytest.raises(BackendUnavailable, match="no end offsets"):
+        worker.get(key("op-1"))
 
 
 def test_a_perform_with_nothing_in_between_needs_one_read_and_no_acceptance_read(
@@ -116,10 +124,10 @@ def test_a_perform_with_nothing_in_between_needs_one_read_and_no_acceptance_read
     view = SeeingView(log)
     worker = Worker(log, "w1", view=view)
     assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
-    assert view.calls == ["seen since"]
-    # create+reserve+dispatch in one ordered append (no transaction), then one end-offsets
-    # request proves nothing came in between before the record
-    assert [c for c in log.calls if c != "partition_end"] == ["append_ordered"]
+    assert view.calls == ["seen since"]  # the key as the view has it, waiting for nothing
+    # create+reserve+dispatch in one ordered append (no transaction) right where the
+    # snapshot ends; the record right after the dispatch: no read, no end offsets
+    assert log.calls == ["append_ordered"]
     final = LogView(log).current(key("op-1"))
     assert final is not None and final.state is State.SUCCEEDED
 
@@ -150,18 +158,24 @@ def test_a_log_that_tells_what_came_in_between_spares_the_acceptance_read(betwee
         assert final is not None and final.state is State.SUCCEEDED
         return
     # the key itself is written in between (another delivery creates it): the log says so
-    # and the worker asks whether its claim won (it did: its CREATE is refused, its RESERVE
-    # and DISPATCH build on the other CREATED)
+    # and the worker asks whether its claim won. Its CREATE is refused; its RESERVE builds on
+    # the other CREATED when both carry the same creation time (the same millisecond), else
+    # it is refused too and the worker claims again on the current state: it wins either way
     view.meanwhile = lambda: other.create("op-1", KIND, TARGET, {"n": 1})
     assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
-    assert view.calls == ["seen since", "accepted"]
+    assert view.calls[:2] == ["seen since", "accepted"]
     final = LogView(log).current(key("op-1"))
     assert final is not None and (final.state, final.worker_id) == (State.SUCCEEDED, "w1")
 
 
 @pytest.mark.parametrize("tells", [False, True])
-def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
+def test_a_takeover_during_the_call_refuses_the_record_with_the_error_a_read_would_give(
         tells: bool) -> None:
+    """The RECORD builds on the worker's own accepted dispatch with no read first (as a
+    conditional append on SQLite does): the rival's claim in between makes the log say no (or
+    not tell), the view says the record was refused, and the worker raises the refusal a
+    read first would have met. Nothing the rival wrote is lost, and the stale record stays
+    refused."""
     log = PlainLog(tells)
     Worker(log, "w0").create("op-0", KIND, "mailto:someone@example.com", {"n": 0})
     view = SeeingView(log)
@@ -172,15 +186,35 @@ def test_a_takeover_before_the_record_is_refused_before_the_record_is_written(
         rival.reserve(key("op-1"))  # a replacement claims the key during the provider call
         return "sent"
 
-    with pytest.raises(Fenced):
+    with pytest.raises(Fenced, match="epoch"):
         worker.perform("op-1", KIND, TARGET, {"n": 1}, call)
-    # the partition moved on after the dispatch: the key is read from the projection, as far
-    # as the worker's own dispatch at least, and the stale record is refused unwritten
-    assert view.calls == ["seen since", "seen since"]
-    events = LogView(log).log.read_key(EVENTS, key("op-1"))
-    assert len(events) == 4  # create, reserve, dispatch, the rival's claim: no stale RECORD
+    # the record: no read first, refused by the view; judged again on the current state
+    # (the winner's claim), which refuses it as a read first would have
+    assert view.calls[:3] == ["seen since", "accepted", "seen"]
+    assert "partition_end" in log.calls  # the current state: read afresh
+    events = decode_events(log, key("op-1"))
+    assert [e.transition for e in events] == [Transition.CREATE, Transition.RESERVE,
+                                              Transition.DISPATCH, Transition.CLAIM,
+                                              Transition.RECORD]
     current = LogView(log).current(key("op-1"))
     assert current is not None and current.worker_id == "w2" and current.fencing_epoch == 2
+    assert current.state is State.DISPATCHED
+
+
+def test_a_worker_that_does_not_verify_reads_before_each_step(log: PlainLog) -> None:
+    """Without ``verify`` nothing judges an append after it is written, so each step reads the
+    key first and a takeover is refused before anything is written."""
+    worker = Worker(log, "w1", view=SeeingView(log), verify=False)
+    rival = Worker(log, "w2", view=SeeingView(log))
+
+    def call(c: object) -> str:
+        rival.reserve(key("op-1"))
+        return "sent"
+
+    with pytest.raises(Fenced):
+        worker.perform("op-1", KIND, TARGET, {"n": 1}, call)
+    events = decode_events(log, key("op-1"))
+    assert [e.transition for e in events][-1] is Transition.CLAIM  # no stale RECORD
 
 
 def test_an_append_at_the_right_offset_that_the_rules_refuse_is_not_taken_as_won(
@@ -235,15 +269,17 @@ def test_an_append_in_doubt_is_never_built_on_the_key_is_read_again() -> None:
     reads = len(view.calls)
     with pytest.raises(EffectInDoubt):
         worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: calls.append("sent"))
-    assert view.calls[reads:] == ["seen since"] and calls == []
+    # read as the view has it, then (an effect is said to be in doubt on its current state
+    # only) afresh
+    assert view.calls[reads:] == ["seen since", "seen since"] and calls == []
 
 
 @pytest.mark.parametrize(("tells", "behind", "reads"), [
     (True, "other keys", ["seen since"]),
-    (False, "other keys", ["seen since", "seen since"]),
-    (True, "the key itself", ["seen since", "seen since"]),
+    (False, "other keys", ["seen since", "accepted"]),
+    (True, "the key itself", ["seen since", "accepted", "seen", "seen since", "seen since"]),
 ])
-def test_a_snapshot_behind_the_log_end_is_current_only_when_the_log_proves_it(
+def test_a_write_on_a_snapshot_behind_the_log_end_is_won_only_when_proven(
         tells: bool, behind: str, reads: list[str]) -> None:
     log = PlainLog(tells)
     first = Worker(log, "w0")
@@ -269,18 +305,19 @@ class OverlappingView(SeeingView):
         return self.seen(key, since)
 
 
-def test_the_first_read_and_the_end_offsets_overlap_and_an_end_offsets_error_wins(
+def test_a_fresh_read_and_its_end_offsets_overlap_and_an_end_offsets_error_wins(
         log: PlainLog) -> None:
     view = OverlappingView(log)
     worker = Worker(log, "w1", view=view)
     assert worker.perform("op-1", KIND, TARGET, {"n": 1}, lambda call: "sent") == "sent"
+    view.calls.clear()
+    current = worker.get(key("op-1"))
+    assert current is not None and current.state is State.SUCCEEDED
     assert view.calls == ["seen during", "seen since"]  # one read, made while asking the end
-    assert [c for c in log.calls if c != "partition_end"] == ["append_ordered"]
 
     def no_end(topic: str, partition: int) -> int:
         raise BackendUnavailable("kafka broker unreachable: no end offsets")
 
     log.partition_end = no_end  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable, match="no end offsets"):
-        worker.perform("op-2", KIND, TARGET, {"n": 2}, lambda call: "sent")
-    assert LogView(log).current(key("op-2")) is None  # nothing written on a read that failed
+        worker.get(key("op-1"))
