@@ -3,15 +3,15 @@
 The floor of one perform is what any correct worker must wait for: two sequential acks=all
 produce round trips (the dispatch before the call, the outcome after it) and one end-offsets
 request (to know the key's state is current), made with bare confluent-kafka. effectlog's
-perform reads the key through the query API as it stands while one ListOffsets is in flight,
-appends CREATE+RESERVE+DISPATCH in one ordered produce, knows its claim won when no other
-record of the key sits between the read's snapshot and its records (they landed right there,
-or the worker's key tail saw only other keys in between; else it asks the API with
-``?min_offset=``), calls the provider (a no-op here), checks with one ListOffsets that nothing
-of the key was written since, and appends RECORD. Throughput
-with 1, 8 and 32 threads sharing one log is compared with bare threads producing the same
-records in the same pattern, once before and once after effectlog's phase (the mean of the
-two). The run's topics are deleted at the end, so a shared broker does not collect them.
+perform reads the key through the query API as it stands (no wait, no ListOffsets), appends
+CREATE+RESERVE+DISPATCH in one ordered produce, knows its claim won when no other record of the
+key sits between the read's snapshot and its records (they landed right there, or the worker's
+key tail saw only other keys in between; else it asks the API with ``?min_offset=``), calls the
+provider (a no-op here), and appends RECORD on its own accepted dispatch, judged the same way.
+Throughput with 1, 8 and 32 threads sharing one log is compared with bare threads producing
+the same records in the same pattern, on topics of their own, once before and once after
+effectlog's phase (the mean of the two). The run's topics are deleted at the end, so a shared
+broker does not collect them.
 
 Usage: python bench/kafka_worker.py [--samples N] [--effects N]
 The last line gives perform's p50 as a ratio to the floor, and 32 threads' throughput as a
