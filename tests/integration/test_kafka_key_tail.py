@@ -7,6 +7,7 @@ query API instead, so none of these may ever answer True.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -56,3 +57,35 @@ def test_a_gap_in_the_offsets_is_forgotten_across(kafka_log: KafkaLog) -> None:
     assert eventually(lambda: kafka_log.untouched(EVENTS, key, after, after + 1))
     assert not kafka_log.untouched(EVENTS, key, before, after + 1)
     assert not kafka_log.untouched(EVENTS, key, atomic[0].offset, after + 1)
+
+
+def test_askers_waiting_for_different_offsets_are_each_answered_when_theirs_is_read(
+        kafka_log: KafkaLog) -> None:
+    """Each asker waits for its own offset (woken when the tail reads it, not at every batch);
+    one that gave up before its offset came leaves nothing behind that would answer wrong."""
+    key = "agent:waiters:k:t"
+    other = neighbour(kafka_log, key)
+    kafka_log.untouched(EVENTS, key, 0, 0)
+    at = kafka_log.append(EVENTS, other, b"first").offset
+    assert eventually(lambda: kafka_log.untouched(EVENTS, key, at, at + 1))
+    assert not kafka_log.untouched(EVENTS, key, at, at + 4)  # gives up: not written yet
+    answers: dict[int, bool] = {}
+
+    def ask(ahead: int) -> None:
+        answers[ahead] = kafka_log.untouched(EVENTS, key, at, at + 1 + ahead)
+
+    askers = [threading.Thread(target=ask, args=(ahead,)) for ahead in (1, 2, 3)]
+    for asker in askers:
+        asker.start()
+    for value in (b"second", b"third", b"fourth"):
+        kafka_log.append(EVENTS, other, value)
+    for asker in askers:
+        asker.join(10)
+    # each saw only the neighbour's records in its range (or, slower than the short wait,
+    # could not tell); afterwards every range is told
+    assert set(answers) == {1, 2, 3}
+    assert eventually(lambda: all(kafka_log.untouched(EVENTS, key, at, at + 1 + ahead)
+                                  for ahead in (1, 2, 3)))
+    mine = kafka_log.append(EVENTS, key, b"of the key").offset
+    assert eventually(lambda: kafka_log.untouched(EVENTS, key, mine, mine + 1, {mine}))
+    assert not kafka_log.untouched(EVENTS, key, at, mine + 1)  # the key's own record is seen

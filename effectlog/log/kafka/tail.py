@@ -16,6 +16,8 @@ It reads uncommitted records too, so an aborted record of the key also answers F
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 from collections import deque
@@ -46,7 +48,10 @@ class KeyTail:
         self.keep = keep
         begin = ends()
         self._lock = threading.Lock()
-        self._moved = {p: threading.Condition(self._lock) for p in begin}
+        # per partition, the askers waiting for it to be read up to an offset: each is woken
+        # once that offset is read (not at every batch, as a shared condition would)
+        self._waiting: dict[int, list[tuple[int, int, threading.Event]]] = {p: [] for p in begin}
+        self._tickets = itertools.count()
         self._floor = dict(begin)  # the lowest offset whose key is known, per partition
         self._reached = dict(begin)  # the next offset to read, per partition
         self._recent: dict[int, deque[tuple[int, bytes | None]]] = {p: deque() for p in begin}
@@ -69,14 +74,22 @@ class KeyTail:
         """True when no record of ``key`` but those at offsets ``own`` sits in
         ``[start, end)`` of ``partition``; False when one does or the tail cannot tell
         within ``wait`` seconds."""
-        moved = self._moved.get(partition)
-        if moved is None:
+        waiting = self._waiting.get(partition)
+        if waiting is None:
             return False
-        with moved:
+        with self._lock:
             if self._floor[partition] > start:
                 return False
-            if not moved.wait_for(lambda: self._reached[partition] >= end, wait):
-                return False
+            if self._reached[partition] < end:
+                reached = threading.Event()
+                heapq.heappush(waiting, (end, next(self._tickets), reached))
+                self._lock.release()
+                try:
+                    reached.wait(wait)
+                finally:
+                    self._lock.acquire()
+                if self._reached[partition] < end:
+                    return False
             if self._floor[partition] > start:  # forgotten while waiting
                 return False
             for offset, written in reversed(self._recent[partition]):
@@ -123,11 +136,15 @@ class KeyTail:
                 self._reached[partition] = offset + 1
                 touched.add(partition)
             for partition in touched:
-                self._moved[partition].notify_all()
+                waiting, reached = self._waiting[partition], self._reached[partition]
+                while waiting and waiting[0][0] <= reached:
+                    heapq.heappop(waiting)[2].set()
 
     def _forget_all(self) -> None:
         with self._lock:
             for partition, recent in self._recent.items():
                 recent.clear()
                 self._floor[partition] = self._reached[partition] = 1 << 62
-                self._moved[partition].notify_all()
+                for _, _, reached in self._waiting[partition]:
+                    reached.set()
+                self._waiting[partition].clear()
