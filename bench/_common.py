@@ -43,6 +43,34 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
+_BROKER_PIDS: dict[str, int] = {}
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The broker process at ``bootstrap`` when this machine can tell: one ``kafka_bootstrap``
+    started, or the one ``make kafka-up`` runs; else None."""
+    if bootstrap in _BROKER_PIDS:
+        return _BROKER_PIDS[bootstrap]
+    home = ROOT / ".effectlog" / "kafka"
+    try:
+        if (home / "bootstrap").read_text().strip() == bootstrap:
+            return int((home / "pid").read_text())
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (0 when unknown or gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
 def kafka_bootstrap() -> Iterator[str | None]:
     """EFFECTLOG_BENCH_KAFKA (or EFFECTLOG_TEST_KAFKA), else a private Apache Kafka started from
@@ -55,6 +83,8 @@ def kafka_bootstrap() -> Iterator[str | None]:
 
     try:
         with running_broker() as broker:
+            if broker.process is not None:
+                _BROKER_PIDS[broker.bootstrap] = broker.process.pid
             yield broker.bootstrap
     except BrokerError as exc:
         print(f"no Kafka broker for the benchmark: {exc}", file=sys.stderr)

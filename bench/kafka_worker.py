@@ -21,6 +21,8 @@ ratio to the bare writers, with the absolute figures.
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,7 +31,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import kafka_bootstrap, percentile, run_topics, threaded
+from _common import broker_pid, cpu_seconds, kafka_bootstrap, percentile, run_topics, threaded
 from confluent_kafka import OFFSET_END, Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 
@@ -122,15 +124,23 @@ def main() -> None:
         bare_url = f"kafka://{bootstrap}?prefix={prefix}bare"
         with run_topics(url), run_topics(bare_url):
             rows, appended, bare_appended, floor, ours = measure(
-                args, url, KafkaSettings.from_url(bare_url), Path(tmp))
+                args, url, KafkaSettings.from_url(bare_url), Path(tmp), broker_pid(bootstrap))
     report(rows, appended, bare_appended, floor, ours)
 
 
-Row = tuple[int, float, float]
+#: threads, effectlog's effects/s, the bare writers' effects/s, and CPU ms per effect:
+#: effectlog's (this process, serve, broker), the bare writers' (this process, broker)
+Row = tuple[int, float, float, tuple[float, float, float], tuple[float, float]]
 
 
-def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings,
-            tmp: Path) -> tuple[list[Row], float, float, list[float], list[float]]:
+def cpu_now(*pids: int | None) -> list[float]:
+    """CPU seconds so far of this process and of ``pids`` (0 for an unknown one)."""
+    own = os.times()
+    return [own.user + own.system, *(cpu_seconds(pid) for pid in pids)]
+
+
+def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tmp: Path,
+            broker: int | None) -> tuple[list[Row], float, float, list[float], list[float]]:
     """The floor and perform samples, the thread rows and the append figures of one run."""
     node = Serve(tmp, "bench", url, tmp / "provider.db")
     log = open_log(url)
@@ -158,18 +168,31 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings,
             workers = [Worker(log, f"bench-{threads}-{t}", server=node.url)
                        for t in range(threads)]
             before = bare_phase(bare, threads, per, f"{run}a")
-            ours_s = threaded(threads, lambda t, per=per, ws=workers, th=threads: [
-                ws[t].perform(f"t{th}-{run}-{t}-{i}", "email.send", f"mailto:{t}-{i}",
-                              {"i": i}, lambda call: None) for i in range(per)])
+            cpu0 = cpu_now(node.process.pid, broker)
+            ours_s = threaded(threads, functools.partial(perform_phase, workers, per,
+                                                         f"t{threads}-{run}"))
+            cpu1 = cpu_now(node.process.pid, broker)
             # bare writers before and after effectlog's phase: the mean of the two
             bare_s = (before + bare_phase(bare, threads, per, f"{run}b")) / 2
-            rows.append((threads, per * threads / ours_s, per * threads / bare_s))
+            cpu2 = cpu_now(node.process.pid, broker)
+            effects = per * threads
+            ours_cpu = tuple((b - a) / effects * 1000 for a, b in zip(cpu0, cpu1, strict=True))
+            bare_cpu = tuple((b - a) / effects * 1000 for a, b in zip(cpu1, cpu2, strict=True))
+            rows.append((threads, effects / ours_s, effects / bare_s,
+                         (ours_cpu[0], ours_cpu[1], ours_cpu[2]), (bare_cpu[0], bare_cpu[2])))
         appended, bare_appended = bench_append(url, bare)
     finally:
         bare.close()
         log.close()
         node.stop()
     return rows, appended, bare_appended, floor, ours
+
+
+def perform_phase(workers: list[Worker], per: int, run: str, t: int) -> None:
+    """Thread ``t``'s share of a threaded phase: ``per`` performs with a no-op provider."""
+    for i in range(per):
+        workers[t].perform(f"{run}-{t}-{i}", "email.send", f"mailto:{t}-{i}", {"i": i},
+                           lambda call: None)
 
 
 def bare_phase(bare: Bare, threads: int, per: int, run: str) -> float:
@@ -190,9 +213,13 @@ def report(rows: list[Row], appended: float, bare_appended: float, floor: list[f
           f"p99 {percentile(floor, 99):.2f} ms")
     print(f"Worker.perform through serve (1 thread):              p50 {p50:.2f} ms, "
           f"p99 {percentile(ours, 99):.2f} ms ({p50 / floor50:.2f}x the floor; target <= 2.5x)")
-    for threads, effects_s, bare_s in rows:
+    for threads, effects_s, bare_s, (mine, serve, broker), (bare_own, bare_broker) in rows:
         print(f"{threads:2d} threads: effectlog {effects_s:7.0f} effects/s, bare writers of the same "
               f"records {bare_s:7.0f}/s ({effects_s / bare_s:.2f}x)")
+        known = f"broker {broker:.2f}" if broker else "broker unknown"
+        print(f"    CPU ms per effect: worker process {mine:.2f}, serve {serve:.2f}, {known}; "
+              f"bare writers {bare_own:.2f}"
+              + (f", broker {bare_broker:.2f}" if bare_broker else ""))
     print(f"effectlog append, 10,000 lines over 2,500 keys: {appended:.0f} lines/s (target >= 1,000; "
           f"bare pipelined produce of as many records {bare_appended:.0f}/s, "
           f"{appended / bare_appended:.2f}x)")
