@@ -4,6 +4,8 @@ Tools (``effectlog get|list|stats --server URL``) and workers read state through
 the projection cluster instead of a local RocksDB. :class:`StateClient` takes several
 server URLs and fails over: a member that does not answer is skipped, a 503 (partition
 restoring or moving) is retried after its ``Retry-After`` until ``retry_for_s`` has passed.
+Reads as they stand from many threads at once share requests (``GET /v1/lookup``, see
+:mod:`effectlog.lookups`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.http_get import KeepAliveGets
+from effectlog.lookups import LookupBatcher
 
 if TYPE_CHECKING:
     from effectlog.log.base import Position
@@ -53,13 +56,16 @@ class StateClient:
     """Reads effect state from a group of serve instances (any member answers any key)."""
 
     def __init__(self, servers: str | Sequence[str], *, timeout_s: float = 10.0,
-                 retry_for_s: float = 10.0) -> None:
+                 retry_for_s: float = 10.0, batch_reads: bool = True) -> None:
+        """``batch_reads``: reads as they stand that meet one in flight are sent together."""
         self.servers = server_list(servers)
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
         self._http = KeepAliveGets()
         self._prefix = [urlsplit(server).path for server in self.servers]  # behind a proxy path
         self._preferred = 0
+        self.batcher: LookupBatcher[KeyState] | None = (
+            LookupBatcher(self._get_one, self._lookup) if batch_reads else None)
 
     def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
             timeout_ms: int | None = None, during: Callable[[], None] | None = None) -> KeyState:
@@ -67,6 +73,14 @@ class StateClient:
         caller's own append); ``fresh``: once it applied what the log held at the call.
         ``during`` is called while a request is in flight (each attempt's; it must not
         raise, and should do its work once)."""
+        if self.batcher is not None and not fresh and min_offset is None and during is None:
+            return self.batcher.get(key)
+        return self._get_one(key, fresh=fresh, min_offset=min_offset, timeout_ms=timeout_ms,
+                             during=during)
+
+    def _get_one(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
+                 timeout_ms: int | None = None,
+                 during: Callable[[], None] | None = None) -> KeyState:
         params: dict[str, str] = {}
         if fresh:
             params["fresh"] = "1"
@@ -82,6 +96,23 @@ class StateClient:
         return KeyState(snapshot, int(headers.get("Effectlog-Partition", -1)),
                         None if applied is None else int(applied),
                         headers.get("Effectlog-Rejected"), headers.get("Effectlog-Served-By", ""))
+
+    def _lookup(self, keys: Sequence[str]) -> dict[str, KeyState] | None:
+        """Many keys as they stand in one request; a key left out is to be asked alone, and
+        None means the server cannot answer batches."""
+        try:
+            status, body, _ = self._request("/v1/lookup", [("key", key) for key in keys])
+        except InvalidInput:
+            return None
+        if status != 200:
+            return None  # a server without the route
+        try:
+            found = json.loads(body)["found"]
+            return {entry["key"]: KeyState(entry["snapshot"], int(entry["partition"]),
+                                           _offset(entry["applied_offset"]), None,
+                                           str(entry["served_by"])) for entry in found}
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def list(self, state: str | None = None, older_than: str | None = None,
              limit: int = 100) -> list[dict[str, Any]]:
@@ -112,7 +143,8 @@ class StateClient:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _request(self, path: str, params: dict[str, str], wait_s: float = 0.0,
+    def _request(self, path: str, params: Mapping[str, str] | Sequence[tuple[str, str]],
+                 wait_s: float = 0.0,
                  during: Callable[[], None] | None = None) -> tuple[int, bytes, dict[str, str]]:
         """GET ``path`` from the first member that answers it; 200 and 404 are answers."""
         query = f"?{urlencode(params)}" if params else ""
@@ -146,6 +178,10 @@ class StateClient:
             if retry_after is None or left <= 0:
                 raise BackendUnavailable("no server answered: " + "; ".join(problems[-3:]))
             time.sleep(min(retry_after, left))
+
+
+def _offset(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _message(body: bytes) -> str | None:

@@ -11,7 +11,8 @@ answer about a key names its partition in ``Effectlog-Partition`` and, in
 ``Effectlog-Applied-Offset``, an offset below which every record of that partition is in the
 snapshot (the body is exactly what ``effectlog get KEY --json`` prints); with
 ``min_offset``, ``Effectlog-Rejected`` names the reason when the event at that offset was
-refused. ``/metrics`` and ``/healthz`` live here too.
+refused. ``GET /v1/lookup?key=A&key=B`` answers many keys as they stand in one request
+(:mod:`consumers.node.lookup`). ``/metrics`` and ``/healthz`` live here too.
 
 Other routes (the web console) plug in through ``build_app(node, extra=...)``.
 """
@@ -30,6 +31,7 @@ from aiohttp import web
 
 from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
 from consumers.node.health import HealthCheck
+from consumers.node.lookup import Lookup
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, Position
 from effectlog.metrics import CONTENT_TYPE_LATEST
@@ -59,6 +61,7 @@ def build_app(node: Node, extra: RouteHook | None = None) -> web.Application:
     app[NODE_KEY] = node
     app.router.add_get("/v1/effects/{key:.+}", api.effect)
     app.router.add_get("/v1/effects", api.effects)
+    app.router.add_get("/v1/lookup", Lookup(node, api.forwarder).answer)
     app.router.add_get("/v1/stats", api.stats)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/healthz", api.health)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -72,6 +73,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         sample = list(workload.keys[:30])
         wait_until(lambda: _all_keys_answer(members, sample), 10,
                    "every key answers from every member")
+        _assert_lookup_answers(members, sample)
 
         # SIGKILL the member with the most partitions while effects keep coming.
         victim = max(members, key=lambda m: len(m.serving()))
@@ -85,6 +87,7 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         wait_until(lambda: _all_keys_answer(survivors, keys_now), 30,
                    "every key answers from every survivor")
         failover_s = time.monotonic() - killed_at
+        _assert_lookup_answers(survivors, keys_now, dead=victim.url)
         mark('failover_s = time.monotonic() ')
         assert failover_s < SESSION_S + 30
         assert all(p in _owners(survivors) for p in moved)
@@ -149,6 +152,25 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
         errors = {m.name: m.stop() for m in members + ([joined] if joined else [])}
     for name, err in errors.items():
         assert "Traceback" not in err, f"{name}: {err[-3000:]}"
+
+
+def _assert_lookup_answers(members: list[Serve], keys: list[str], dead: str = "") -> None:
+    """One lookup on each member answers keys of every partition: its own, and the others'
+    through their owners (a key whose owner it cannot reach now is listed as unanswered,
+    never answered wrong)."""
+    owners = {p: m.url for p, m in _owners(members).items()}
+    for member in members:
+        status, body = answer(f"{member.url}/v1/lookup?" + urlencode([("key", k) for k in keys]))
+        assert status == 200, body
+        found = {entry["key"]: entry for entry in body["found"]}
+        unanswered = {entry["key"] for entry in body["unanswered"]}
+        assert set(found) | unanswered == set(keys) and not set(found) & unanswered
+        assert len(found) >= (len(keys) if not dead else 1)
+        for entry in found.values():
+            assert entry["served_by"] == owners[entry["partition"]] != dead
+            assert entry["snapshot"]["idempotency_key"] == entry["key"]
+        served = {entry["served_by"] for entry in found.values()}
+        assert dead or served == {m.url for m in members}, served
 
 
 def _state(members: list[Serve], key: str) -> str | None:

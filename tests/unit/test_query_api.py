@@ -206,3 +206,46 @@ def test_gate_serves_a_partition_once_restored_and_wakes_waiters() -> None:
     assert not gate.wait(3, 40, 0.01)
     gate.revoked(3)
     assert gate.status(3) is None and not gate.wait(3, 1, 0.01)
+
+
+def test_a_lookup_answers_many_keys_as_they_stand(node: Node,
+                                                 http: urllib3.PoolManager) -> None:
+    keys = [_key(3), "agent:nope:x:y", _key(0), _key(3)]
+    answer = http.request("GET", f"{node.url}/v1/lookup", fields=[("key", k) for k in keys])
+    assert answer.status == 200
+    body = json.loads(answer.data)
+    assert body["unanswered"] == []
+    found = {entry["key"]: entry for entry in body["found"]}
+    assert [entry["key"] for entry in body["found"]] == [_key(3), "agent:nope:x:y", _key(0)]
+    for key in (_key(3), _key(0)):
+        single = http.request("GET", f"{node.url}/v1/effects/{key}")
+        assert found[key]["snapshot"] == json.loads(single.data)
+        assert found[key]["partition"] == 0 and found[key]["served_by"] == node.url
+        assert found[key]["applied_offset"] == int(single.headers["Effectlog-Applied-Offset"])
+    assert found["agent:nope:x:y"]["snapshot"] is None
+    for fields in ([], [("key", f"k{i}") for i in range(257)]):
+        refused = http.request("GET", f"{node.url}/v1/lookup", fields=fields)
+        assert refused.status == 400 and "1 to 256 keys" in json.loads(refused.data)["error"]
+
+
+def test_reads_from_many_threads_share_lookups_and_match_single_reads(node: Node) -> None:
+    batched, single = StateClient(node.url), StateClient(node.url, batch_reads=False)
+    keys = [_key(i % 5) for i in range(400)] + ["agent:nope:x:y"] * 40
+    answers: dict[int, object] = {}
+
+    def read(start: int) -> None:
+        for i in range(start, len(keys), 8):
+            answers[i] = batched.get(keys[i])
+
+    threads = [threading.Thread(target=read, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive()
+    assert batched.batcher is not None and batched.batcher.batches > 0
+    assert single.batcher is None
+    for i, key in enumerate(keys):
+        assert answers[i] == single.get(key)
+    batched.close()
+    single.close()
