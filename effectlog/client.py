@@ -57,7 +57,8 @@ class StateClient:
 
     def __init__(self, servers: str | Sequence[str], *, timeout_s: float = 10.0,
                  retry_for_s: float = 10.0, batch_reads: bool = True) -> None:
-        """``batch_reads``: reads as they stand that meet one in flight are sent together."""
+        """``batch_reads``: reads as they stand that meet one in flight are sent together,
+        with those of every client of the same servers in the process."""
         self.servers = server_list(servers)
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
@@ -65,7 +66,7 @@ class StateClient:
         self._prefix = [urlsplit(server).path for server in self.servers]  # behind a proxy path
         self._preferred = 0
         self.batcher: LookupBatcher[KeyState] | None = (
-            LookupBatcher(self._get_one, self._lookup) if batch_reads else None)
+            LookupBatcher.shared(self.servers) if batch_reads else None)
 
     def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
             timeout_ms: int | None = None, during: Callable[[], None] | None = None) -> KeyState:
@@ -74,7 +75,7 @@ class StateClient:
         ``during`` is called while a request is in flight (each attempt's; it must not
         raise, and should do its work once)."""
         if self.batcher is not None and not fresh and min_offset is None and during is None:
-            return self.batcher.get(key)
+            return self.batcher.get(key, self._get_one, self._lookup)
         return self._get_one(key, fresh=fresh, min_offset=min_offset, timeout_ms=timeout_ms,
                              during=during)
 

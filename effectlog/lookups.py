@@ -8,11 +8,16 @@ request is in flight sends its key at once (alone: exactly the single read); thr
 while one is in flight queue up, and when it returns, the first of them sends every queued
 key in one request, while the rest wait for their answer. Nobody waits for a timer, so one
 thread alone is as fast as without the batcher.
+
+Each worker has a client of its own, so the queue is shared by every client of the same
+servers in the process (:meth:`LookupBatcher.shared`); the thread that sends a batch sends it
+with its own client (its connection, its timeouts).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
@@ -46,21 +51,34 @@ class _Ask(Generic[T]):
 
 
 class LookupBatcher(Generic[T]):
-    """``get(key)`` through ``one`` (a single read) or ``many`` (a batch), whichever the
-    moment allows; errors of a batch's request reach every thread of that batch."""
+    """``get(key, one, many)`` through ``one`` (a single read) or ``many`` (a batch),
+    whichever the moment allows; errors of a batch's request reach every thread of that
+    batch."""
 
-    def __init__(self, one: Callable[[str], T], many: Many[T], *, max_keys: int = MAX_KEYS,
+    _shared: weakref.WeakValueDictionary[tuple[str, ...], LookupBatcher[object]] = (
+        weakref.WeakValueDictionary())
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, servers: Sequence[str]) -> LookupBatcher[T]:
+        """The process's batcher for ``servers`` (kept while a client holds it)."""
+        with cls._shared_lock:
+            batcher = cls._shared.get(tuple(servers))
+            if batcher is None:
+                batcher = cls._shared[tuple(servers)] = LookupBatcher()
+            return batcher  # type: ignore[return-value]
+
+    def __init__(self, *, max_keys: int = MAX_KEYS,
                  max_query_chars: int = MAX_QUERY_CHARS) -> None:
-        self._one = one
-        self._many = many
         self.max_keys = max_keys
         self.max_query_chars = max_query_chars
         self._lock = threading.Lock()
         self._pending: deque[_Ask[T]] = deque()
         self._sending = False  # a request is in flight, or a queued thread was told to send
         self.batches = 0  # requests carrying more than one key (for tests and benches)
+        self.batched = 0  # keys those requests carried
 
-    def get(self, key: str) -> T:
+    def get(self, key: str, one: Callable[[str], T], many: Many[T]) -> T:
         ask: _Ask[T] = _Ask(key)
         with self._lock:
             self._pending.append(ask)
@@ -69,26 +87,26 @@ class LookupBatcher(Generic[T]):
         if not ask.lead:
             ask.ready.acquire()
         if ask.lead:
-            self._send(ask)
+            self._send(ask, one, many)
         if ask.error is not None:
             raise ask.error
         if ask.alone:
-            return self._one(key)
+            return one(key)
         assert ask.answer is not None
         return ask.answer
 
-    def _send(self, me: _Ask[T]) -> None:
+    def _send(self, me: _Ask[T], one: Callable[[str], T], many: Many[T]) -> None:
         """Send what is queued (``me`` first), hand the answers over, and pass the turn to
         the first thread queued meanwhile."""
         batch = self._take()
         try:
             if len(batch) == 1:
                 try:
-                    me.answer = self._one(me.key)
+                    me.answer = one(me.key)
                 except Exception as exc:
                     me.error = exc
             else:
-                self._answer(batch)
+                self._answer(batch, many)
         finally:
             with self._lock:
                 successor = self._pending[0] if self._pending else None
@@ -114,10 +132,11 @@ class LookupBatcher(Generic[T]):
                 batch.append(self._pending.popleft())
             return batch
 
-    def _answer(self, batch: list[_Ask[T]]) -> None:
+    def _answer(self, batch: list[_Ask[T]], many: Many[T]) -> None:
         self.batches += 1
+        self.batched += len(batch)
         try:
-            answers = self._many([ask.key for ask in batch])
+            answers = many([ask.key for ask in batch])
         except Exception as exc:
             for ask in batch:
                 ask.error = exc

@@ -54,15 +54,16 @@ class _Server:
 class _Asking:
     """Threads each getting one key; ``results()`` once they are done."""
 
-    def __init__(self, batcher: LookupBatcher[str], keys: list[str]) -> None:
+    def __init__(self, batcher: LookupBatcher[str], server: _Server, keys: list[str]) -> None:
         self.answers: dict[str, object] = {}
-        self.threads = [threading.Thread(target=self._ask, args=(batcher, k)) for k in keys]
+        self.threads = [threading.Thread(target=self._ask, args=(batcher, server, k))
+                        for k in keys]
         for thread in self.threads:
             thread.start()
 
-    def _ask(self, batcher: LookupBatcher[str], key: str) -> None:
+    def _ask(self, batcher: LookupBatcher[str], server: _Server, key: str) -> None:
         try:
-            self.answers[key] = batcher.get(key)
+            self.answers[key] = batcher.get(key, server.one, server.many)
         except Exception as exc:
             self.answers[key] = exc
 
@@ -82,9 +83,9 @@ def _queued(batcher: LookupBatcher[str], n: int) -> None:
 
 def _held(server: _Server, batcher: LookupBatcher[str], keys: list[str]) -> dict[str, object]:
     """The first key's read in flight and held, the other keys queued behind it."""
-    first = _Asking(batcher, keys[:1])
+    first = _Asking(batcher, server, keys[:1])
     assert server.in_flight.wait(10)
-    rest = _Asking(batcher, keys[1:])
+    rest = _Asking(batcher, server, keys[1:])
     _queued(batcher, len(keys) - 1)
     server.release.set()
     return first.results() | rest.results()
@@ -92,20 +93,21 @@ def _held(server: _Server, batcher: LookupBatcher[str], keys: list[str]) -> dict
 
 def test_one_thread_alone_sends_single_reads() -> None:
     server = _Server()
-    batcher = LookupBatcher(server.one, server.many)
-    assert [batcher.get(k) for k in ("a", "b", "a")] == ["value:a", "value:b", "value:a"]
+    batcher: LookupBatcher[str] = LookupBatcher()
+    assert [batcher.get(k, server.one, server.many) for k in ("a", "b", "a")] == \
+        ["value:a", "value:b", "value:a"]
     assert server.singles == ["a", "b", "a"] and server.batches == [] and batcher.batches == 0
 
 
 def test_reads_queued_behind_one_in_flight_go_in_one_request() -> None:
     server = _Server(hold_first=True)
-    batcher = LookupBatcher(server.one, server.many)
+    batcher: LookupBatcher[str] = LookupBatcher()
     keys = [f"k{i}" for i in range(8)]
     results = _held(server, batcher, keys)
     assert results == {k: f"value:{k}" for k in keys}
     assert server.singles == ["k0"]
     assert len(server.batches) == 1 and sorted(server.batches[0]) == keys[1:]
-    assert batcher.get("after") == "value:after" and server.singles[-1] == "after"
+    assert batcher.get("after", server.one, server.many) == "value:after" and server.singles[-1] == "after"
 
 
 @pytest.mark.parametrize(("max_keys", "max_chars", "sizes"), [(3, 40, [3, 3]),
@@ -113,8 +115,7 @@ def test_reads_queued_behind_one_in_flight_go_in_one_request() -> None:
 def test_a_batch_is_split_by_key_count_and_query_size(max_keys: int, max_chars: int,
                                                       sizes: list[int]) -> None:
     server = _Server(hold_first=True)
-    batcher = LookupBatcher(server.one, server.many, max_keys=max_keys,
-                            max_query_chars=max_chars)
+    batcher: LookupBatcher[str] = LookupBatcher(max_keys=max_keys, max_query_chars=max_chars)
     keys = ["first"] + [f"key-{i:02d}" for i in range(7)]  # each "&key=key-NN" counts 11
     assert _held(server, batcher, keys) == {k: f"value:{k}" for k in keys}
     assert [len(b) for b in server.batches] == sizes  # and the one left over goes alone
@@ -124,24 +125,23 @@ def test_a_batch_is_split_by_key_count_and_query_size(max_keys: int, max_chars: 
 
 def test_keys_left_out_or_a_server_without_batches_are_asked_alone() -> None:
     server = _Server(hold_first=True, leave_out=frozenset({"k2", "k3"}))
-    batcher = LookupBatcher(server.one, server.many)
+    batcher: LookupBatcher[str] = LookupBatcher()
     keys = [f"k{i}" for i in range(5)]
     assert _held(server, batcher, keys) == {k: f"value:{k}" for k in keys}
     assert sorted(server.singles) == ["k0", "k2", "k3"]
 
     old = _Server(hold_first=True, batches=False)
-    batcher = LookupBatcher(old.one, old.many)
-    assert _held(old, batcher, keys) == {k: f"value:{k}" for k in keys}
+    assert _held(old, LookupBatcher(), keys) == {k: f"value:{k}" for k in keys}
     assert sorted(old.singles) == keys and len(old.batches) == 1
 
 
 def test_a_failed_batch_fails_each_of_its_reads_and_the_next_read_is_sent() -> None:
     server = _Server(hold_first=True, fail_batches=True)
-    batcher = LookupBatcher(server.one, server.many)
+    batcher: LookupBatcher[str] = LookupBatcher()
     results = _held(server, batcher, ["k0", "k1", "k2"])
     assert results["k0"] == "value:k0"
     assert all(isinstance(results[k], BackendUnavailable) for k in ("k1", "k2"))
-    assert batcher.get("k3") == "value:k3" and not batcher._sending
+    assert batcher.get("k3", server.one, server.many) == "value:k3" and not batcher._sending
 
 
 @settings(max_examples=25, deadline=None)
@@ -160,10 +160,10 @@ def test_every_thread_gets_its_own_answer_under_contention(keys: list[str],
         time.sleep(0.0005)
         return {k: f"value:{k}" for k in asked if k != "key7"}  # one key always asked alone
 
-    batcher = LookupBatcher(slow_one, slow_many, max_keys=max_keys)
+    batcher: LookupBatcher[str] = LookupBatcher(max_keys=max_keys)
 
     def ask(key: str) -> None:
-        value = batcher.get(key)
+        value = batcher.get(key, slow_one, slow_many)
         with lock:
             answered.append((key, value))
 
@@ -175,3 +175,9 @@ def test_every_thread_gets_its_own_answer_under_contention(keys: list[str],
         assert not thread.is_alive()
     assert sorted(answered) == sorted((k, f"value:{k}") for k in keys)
     assert not batcher._sending and not batcher._pending
+
+
+def test_clients_of_the_same_servers_share_one_batcher() -> None:
+    first: LookupBatcher[str] = LookupBatcher.shared(["http://127.0.0.1:1"])
+    assert LookupBatcher.shared(["http://127.0.0.1:1"]) is first
+    assert LookupBatcher.shared(["http://127.0.0.1:2"]) is not first

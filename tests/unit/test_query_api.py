@@ -229,13 +229,14 @@ def test_a_lookup_answers_many_keys_as_they_stand(node: Node,
 
 
 def test_reads_from_many_threads_share_lookups_and_match_single_reads(node: Node) -> None:
-    batched, single = StateClient(node.url), StateClient(node.url, batch_reads=False)
+    clients = [StateClient(node.url) for _ in range(8)]  # one per thread, as workers have
+    single = StateClient(node.url, batch_reads=False)
     keys = [_key(i % 5) for i in range(400)] + ["agent:nope:x:y"] * 40
     answers: dict[int, object] = {}
 
     def read(start: int) -> None:
         for i in range(start, len(keys), 8):
-            answers[i] = batched.get(keys[i])
+            answers[i] = clients[start].get(keys[i])
 
     threads = [threading.Thread(target=read, args=(n,)) for n in range(8)]
     for thread in threads:
@@ -243,9 +244,10 @@ def test_reads_from_many_threads_share_lookups_and_match_single_reads(node: Node
     for thread in threads:
         thread.join(60)
         assert not thread.is_alive()
-    assert batched.batcher is not None and batched.batcher.batches > 0
-    assert single.batcher is None
+    batcher = clients[0].batcher
+    assert batcher is not None and all(c.batcher is batcher for c in clients)
+    assert batcher.batches > 0 and single.batcher is None
     for i, key in enumerate(keys):
         assert answers[i] == single.get(key)
-    batched.close()
-    single.close()
+    for client in [*clients, single]:
+        client.close()
