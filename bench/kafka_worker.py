@@ -39,6 +39,7 @@ from effectlog.log import EVENTS, open_log
 from effectlog.log.kafka import KafkaSettings, murmur2_partition
 from effectlog.log.kafka.producer import producer_config
 from effectlog.log.kafka.reader import reader_config
+from effectlog.lookups import LookupBatcher
 from effectlog.worker import Worker
 from tests.cluster_support import Serve, wait_until
 
@@ -129,8 +130,9 @@ def main() -> None:
 
 
 #: threads, effectlog's effects/s, the bare writers' effects/s, and CPU ms per effect:
-#: effectlog's (this process, serve, broker), the bare writers' (this process, broker)
-Row = tuple[int, float, float, tuple[float, float, float], tuple[float, float]]
+#: effectlog's (this process, serve, broker), the bare writers' (this process, broker), and
+#: the share of first reads sent in a shared lookup
+Row = tuple[int, float, float, tuple[float, float, float], tuple[float, float], float]
 
 
 def cpu_now(*pids: int | None) -> list[float]:
@@ -168,6 +170,8 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
             workers = [Worker(log, f"bench-{threads}-{t}", server=node.url)
                        for t in range(threads)]
             before = bare_phase(bare, threads, per, f"{run}a")
+            batcher: LookupBatcher[object] = LookupBatcher.shared([node.url])
+            batched0 = batcher.batched
             cpu0 = cpu_now(node.process.pid, broker)
             ours_s = threaded(threads, functools.partial(perform_phase, workers, per,
                                                          f"t{threads}-{run}"))
@@ -179,7 +183,8 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
             ours_cpu = tuple((b - a) / effects * 1000 for a, b in zip(cpu0, cpu1, strict=True))
             bare_cpu = tuple((b - a) / effects * 1000 for a, b in zip(cpu1, cpu2, strict=True))
             rows.append((threads, effects / ours_s, effects / bare_s,
-                         (ours_cpu[0], ours_cpu[1], ours_cpu[2]), (bare_cpu[0], bare_cpu[2])))
+                         (ours_cpu[0], ours_cpu[1], ours_cpu[2]), (bare_cpu[0], bare_cpu[2]),
+                         (batcher.batched - batched0) / effects))
         appended, bare_appended = bench_append(url, bare)
     finally:
         bare.close()
@@ -213,13 +218,15 @@ def report(rows: list[Row], appended: float, bare_appended: float, floor: list[f
           f"p99 {percentile(floor, 99):.2f} ms")
     print(f"Worker.perform through serve (1 thread):              p50 {p50:.2f} ms, "
           f"p99 {percentile(ours, 99):.2f} ms ({p50 / floor50:.2f}x the floor; target <= 2.5x)")
-    for threads, effects_s, bare_s, (mine, serve, broker), (bare_own, bare_broker) in rows:
+    for threads, effects_s, bare_s, (mine, serve, broker), (bare_own, bare_broker), shared \
+            in rows:
         print(f"{threads:2d} threads: effectlog {effects_s:7.0f} effects/s, bare writers of the same "
               f"records {bare_s:7.0f}/s ({effects_s / bare_s:.2f}x)")
         known = f"broker {broker:.2f}" if broker else "broker unknown"
         print(f"    CPU ms per effect: worker process {mine:.2f}, serve {serve:.2f}, {known}; "
               f"bare writers {bare_own:.2f}"
-              + (f", broker {bare_broker:.2f}" if bare_broker else ""))
+              + (f", broker {bare_broker:.2f}" if bare_broker else "")
+              + f"; {shared:.0%} of first reads shared a lookup")
     print(f"effectlog append, 10,000 lines over 2,500 keys: {appended:.0f} lines/s (target >= 1,000; "
           f"bare pipelined produce of as many records {bare_appended:.0f}/s, "
           f"{appended / bare_appended:.2f}x)")
