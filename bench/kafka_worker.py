@@ -3,7 +3,8 @@
 The floor of one perform is what any correct worker must wait for: two sequential acks=all
 produce round trips (the dispatch before the call, the outcome after it) and one end-offsets
 request (to know the key's state is current), made with bare confluent-kafka. effectlog's
-perform reads the key through the query API as it stands (no wait, no ListOffsets), appends
+perform reads the key through the query API as it stands (no wait, no ListOffsets; threads
+asking while a read is in flight share the next request, ``GET /v1/lookup``), appends
 CREATE+RESERVE+DISPATCH in one ordered produce, knows its claim won when no other record of the
 key sits between the read's snapshot and its records (they landed right there, or the worker's
 key tail saw only other keys in between; else it asks the API with ``?min_offset=``), calls the
@@ -13,7 +14,7 @@ the same records in the same pattern, on topics of their own, once before and on
 effectlog's phase (the mean of the two). The run's topics are deleted at the end, so a shared
 broker does not collect them.
 
-Usage: python bench/kafka_worker.py [--samples N] [--effects N]
+Usage: python bench/kafka_worker.py [--samples N] [--effects N] [--unshared-reads]
 The last line gives perform's p50 as a ratio to the floor, and 32 threads' throughput as a
 ratio to the bare writers, with the absolute figures.
 """
@@ -30,11 +31,13 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from _common import broker_pid, cpu_seconds, kafka_bootstrap, percentile, run_topics, threaded
 from confluent_kafka import OFFSET_END, Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 
+from effectlog.client import ClusterView, StateClient
 from effectlog.log import EVENTS, open_log
 from effectlog.log.kafka import KafkaSettings, murmur2_partition
 from effectlog.log.kafka.producer import producer_config
@@ -114,6 +117,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--effects", type=int, default=4800, help="per thread count")
+    parser.add_argument("--unshared-reads", action="store_true",
+                        help="each worker sends every first read alone (StateClient "
+                             "batch_reads=False), to compare with shared lookups")
     args = parser.parse_args()
     with kafka_bootstrap() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         if bootstrap is None:
@@ -167,7 +173,7 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
         rows = []
         for threads in (1, 8, 32):
             per = max(1, args.effects // threads)
-            workers = [Worker(log, f"bench-{threads}-{t}", server=node.url)
+            workers = [Worker(log, f"bench-{threads}-{t}", **reads(node.url, args))
                        for t in range(threads)]
             before = bare_phase(bare, threads, per, f"{run}a")
             batcher: LookupBatcher[object] = LookupBatcher.shared([node.url])
@@ -191,6 +197,14 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
         log.close()
         node.stop()
     return rows, appended, bare_appended, floor, ours
+
+
+def reads(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    """How a worker of the thread phases reads: through ``server`` as users do, or with
+    ``--unshared-reads`` through a client that never shares a lookup."""
+    if not args.unshared_reads:
+        return {"server": server}
+    return {"view": ClusterView(StateClient(server, batch_reads=False))}
 
 
 def perform_phase(workers: list[Worker], per: int, run: str, t: int) -> None:
