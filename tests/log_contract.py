@@ -100,12 +100,13 @@ class LogContract:
             self, log: EventLog) -> None:
         key = "agent:u:k:t"
         other = neighbour(log, key)
-        log.untouched(EVENTS, key, 0, 0)  # Kafka starts its key tail here: it knows no earlier
+        assert log.untouched(EVENTS, key, 0, 0)  # an empty range holds nothing
         first = log.append(EVENTS, key, b"1").offset
         between = log.append(EVENTS, other, b"2").offset
         last = log.append(EVENTS, key, b"3").offset
         end = last + 1
-        # every backend tells a range without the key (Kafka once its tail has read it)
+        # every backend tells a range without the key (Kafka from its delivery reports here,
+        # another writer's records once its key tail has read them)
         assert eventually(lambda: log.untouched(EVENTS, key, between, last))
         assert log.untouched(EVENTS, key, first, end, own={first, last})
         assert log.untouched(EVENTS, other, last, end)

@@ -111,7 +111,9 @@ class EventLog(ABC):
         A writer uses it to judge its own append without a read: nothing of the key came in
         between the state it built on and its records. ``end`` must not lie past the
         partition's end. Backends with indexed keys answer from the key's records; Kafka
-        answers from a tail of the topic's recent keys (:mod:`effectlog.log.kafka.tail`).
+        from its own delivery reports when it wrote the whole range
+        (:mod:`effectlog.log.kafka.written`), else from a tail of the topic's recent keys
+        (:mod:`effectlog.log.kafka.tail`).
         """
         if not self.indexed_keys:
             return False

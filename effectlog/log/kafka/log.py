@@ -26,6 +26,7 @@ from effectlog.log.kafka.reader import PartitionReader
 from effectlog.log.kafka.settings import KafkaSettings
 from effectlog.log.kafka.tail import KeyTail
 from effectlog.log.kafka.transactions import TransactionalAppender
+from effectlog.log.kafka.written import WrittenKeys
 from effectlog.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class KafkaLog(EventLog):
         self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
         self._identity: str | None = None
         self._tails: dict[str, KeyTail] = {}
+        self._written = WrittenKeys()  # the events topic's records this process produced
 
     @classmethod
     def from_url(cls, url: str) -> KafkaLog:
@@ -105,10 +107,16 @@ class KafkaLog(EventLog):
 
     def untouched(self, topic: str, key: str, start: int, end: int,
                   own: Collection[int] = ()) -> bool:
-        """Answered by a tail of the topic's recent keys, started on the first call (so the
-        first call cannot tell): ``False`` until the tail has read ``end`` of the key's
-        partition, at most :data:`TAIL_WAIT_S`, or when ``start`` lies before it."""
+        """Answered from this process's own delivery reports when it wrote every record of
+        the range (:class:`WrittenKeys`: no read, no wait); else by a tail of the topic's
+        recent keys, started on the first such call (so that call cannot tell): ``False``
+        until the tail has read ``end`` of the key's partition, at most :data:`TAIL_WAIT_S`,
+        or when ``start`` lies before it."""
         name = self.settings.topic(topic)
+        encoded = key.encode("utf-8")
+        partition = murmur2_partition(encoded, self.settings.partitions)
+        if self._written.untouched(topic, partition, encoded, start, end, own):
+            return True
         tail = self._tails.get(name)
         if tail is None:
             with self._lock:
@@ -119,8 +127,6 @@ class KafkaLog(EventLog):
                     except BackendUnavailable:
                         return False  # the caller's read will report the broker
                     self._tails[name] = tail
-        encoded = key.encode("utf-8")
-        partition = murmur2_partition(encoded, self.settings.partitions)
         return tail.untouched(partition, encoded, start, end, own, TAIL_WAIT_S)
 
     def identity(self) -> str:
@@ -164,7 +170,7 @@ class KafkaLog(EventLog):
                 handle = self._producer = None
                 self._checked["writer"].clear()
             if handle is None:
-                handle = self._producer = AppendProducer(self.settings)
+                handle = self._producer = AppendProducer(self.settings, self._written)
             return handle
 
     def _check_partitions(self, name: str, found: int) -> None:

@@ -23,6 +23,7 @@ from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.log.base import Position
 from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
+from effectlog.log.kafka.written import WrittenKeys
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,11 @@ class Delivery:
     under the GIL, and a plain lock, held until the last report, is the cheapest latch.
     """
 
-    __slots__ = ("_latch", "_reported", "_total", "errors", "positions", "topic")
+    __slots__ = ("_latch", "_reported", "_total", "errors", "positions", "topic", "written")
 
-    def __init__(self, topic: str, count: int) -> None:
+    def __init__(self, topic: str, count: int, written: WrittenKeys | None = None) -> None:
         self.topic = topic
+        self.written = written
         self.positions: list[Position | None] = [None] * count
         self.errors: list[KafkaError] = []
         self._total = count
@@ -68,10 +70,12 @@ class Delivery:
         if count:
             self._latch.acquire()
 
-    def report(self, index: int, err: KafkaError | None, msg: Message) -> None:
+    def report(self, index: int, key: bytes, err: KafkaError | None, msg: Message) -> None:
         partition, offset = msg.partition(), msg.offset()
         if err is None and partition is not None and offset is not None and offset >= 0:
             self.positions[index] = Position(self.topic, partition, offset)
+            if self.written is not None:
+                self.written.note(self.topic, partition, offset, key)
         else:
             self.errors.append(err or KafkaError(KafkaError._FAIL, "delivery report without offset"))
         if next(self._reported) == self._total:
@@ -86,11 +90,13 @@ class AppendProducer:
     """A confluent Producer, the daemon thread serving its callbacks, and durable appends.
 
     ``stale`` is set after a failed delivery or a fatal error: the owner replaces the
-    producer (the broker may no longer know its producer id).
+    producer (the broker may no longer know its producer id). Every delivered record is
+    noted in ``written`` when given.
     """
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, written: WrittenKeys | None = None) -> None:
         self.settings = settings
+        self.written = written
         self.stale = False
         self.producer = Producer({**producer_config(settings), "error_cb": self._on_error})
         self._stop = threading.Event()
@@ -114,12 +120,12 @@ class AppendProducer:
 
     def append(self, name: str, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         """Produce ``items`` to topic ``name`` and wait for every delivery report."""
-        delivery = Delivery(topic, len(items))
+        delivery = Delivery(topic, len(items), self.written)
         produce, partitions = self.producer.produce, self.settings.partitions
         budget = self.settings.timeout_s
         for index, (key, value) in enumerate(items):
             encoded = key.encode("utf-8")
-            callback = functools.partial(delivery.report, index)
+            callback = functools.partial(delivery.report, index, encoded)
             partition = murmur2_partition(encoded, partitions)
             stalled = time.monotonic() + budget
             while True:

@@ -128,7 +128,7 @@ class TransactionalAppender:
                     encoded = key.encode("utf-8")
                     producer.produce(pending.name, value, encoded,
                                      partition=murmur2_partition(encoded, partitions),
-                                     on_delivery=_reporter(delivery, index))
+                                     on_delivery=_reporter(delivery, index, encoded))
             producer.commit_transaction(self.settings.timeout_s)
         except (KafkaException, BackendUnavailable) as exc:
             error = exc if isinstance(exc, BackendUnavailable) else \
@@ -203,7 +203,7 @@ class TransactionalAppender:
             self._offsets.close()
 
 
-def _reporter(delivery: Delivery, index: int):  # type: ignore[no-untyped-def]
+def _reporter(delivery: Delivery, index: int, key: bytes):  # type: ignore[no-untyped-def]
     def report(err: KafkaError | None, msg: Message) -> None:
-        delivery.report(index, err, msg)
+        delivery.report(index, key, err, msg)
     return report
