@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from effectlog.log.kafka import KafkaLog
     from tests.kafka_broker import KafkaBroker
 
 # ---- Kafka broker fixtures (tests/kafka_broker.py) ---------------------------------------
@@ -31,6 +32,26 @@ def kafka_url(kafka_bootstrap: str) -> str:
     url = f"kafka://{kafka_bootstrap}?prefix=t{uuid.uuid4().hex[:12]}"
     create_topics(KafkaSettings.from_url(url))
     return url
+
+
+@pytest.fixture
+def kafka_log(kafka_url: str) -> Iterator[KafkaLog]:
+    """A Kafka log on ``kafka_url``, closed after the test."""
+    from effectlog.log.kafka import KafkaLog
+
+    log = KafkaLog.from_url(kafka_url)
+    yield log
+    log.close()
+
+
+@pytest.fixture
+def writer(kafka_url: str) -> Iterator[KafkaLog]:
+    """Another writer of ``kafka_log``'s topics, as another process would be."""
+    from effectlog.log.kafka import KafkaLog
+
+    log = KafkaLog.from_url(kafka_url)
+    yield log
+    log.close()
 
 
 # ---- end of Kafka broker fixtures -------------------------------------------------------

@@ -11,28 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from effectlog.log import EVENTS
 from effectlog.log.kafka import KafkaLog
 from tests.log_contract import eventually, neighbour
-
-
-@pytest.fixture
-def kafka_log(kafka_url: str) -> Iterator[KafkaLog]:
-    log = KafkaLog.from_url(kafka_url)
-    yield log
-    log.close()
-
-
-@pytest.fixture
-def writer(kafka_url: str) -> Iterator[KafkaLog]:
-    """Another writer of the same topic, as another process would be."""
-    log = KafkaLog.from_url(kafka_url)
-    yield log
-    log.close()
 
 
 def test_the_tail_cannot_tell_of_records_before_it_started(kafka_log: KafkaLog,

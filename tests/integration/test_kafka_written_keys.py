@@ -6,28 +6,9 @@ starts only then; a record of the asked key by anyone else is never answered Tru
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from effectlog.log import EVENTS
 from effectlog.log.kafka import KafkaLog
 from tests.log_contract import eventually, neighbour
-
-
-@pytest.fixture
-def kafka_log(kafka_url: str) -> Iterator[KafkaLog]:
-    log = KafkaLog.from_url(kafka_url)
-    yield log
-    log.close()
-
-
-@pytest.fixture
-def writer(kafka_url: str) -> Iterator[KafkaLog]:
-    """Another writer of the same topic, as another process would be."""
-    log = KafkaLog.from_url(kafka_url)
-    yield log
-    log.close()
 
 
 def test_its_own_records_are_told_at_once(kafka_log: KafkaLog) -> None:

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka
@@ -22,13 +22,6 @@ from tests.kafka_broker import private_broker
 from tests.log_contract import LogContract
 
 UNREACHABLE = "kafka://127.0.0.1:1?timeout_s=2"
-
-
-@pytest.fixture
-def kafka_log(kafka_url: str) -> Iterator[KafkaLog]:
-    log = KafkaLog.from_url(kafka_url)
-    yield log
-    log.close()
 
 
 @pytest.mark.kafka
