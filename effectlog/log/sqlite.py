@@ -69,7 +69,8 @@ class SqliteLog(EventLog):
                                        timeout=busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
             try:
-                self._id = self._schema(initialise=create or not existed)
+                self._id = self._schema(initialise=create or not existed,
+                                        busy_timeout_s=busy_timeout_s)
             except BaseException:
                 self._db.close()
                 raise
@@ -78,7 +79,7 @@ class SqliteLog(EventLog):
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc}") from exc
 
-    def _schema(self, initialise: bool) -> str:
+    def _schema(self, initialise: bool, busy_timeout_s: float) -> str:
         """The log's id; creates tables and id when missing (a file just made, or a log
         from before ids existed). A SQLite file holding anything else is refused."""
         tables = {row[0] for row in self._db.execute(
@@ -86,7 +87,7 @@ class SqliteLog(EventLog):
         if EVENTS not in tables and (tables or not initialise):
             raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
                                      f"{EVENTS} table")
-        self._db.execute("PRAGMA journal_mode=WAL")  # only once the file is known to be ours
+        self._enable_wal(time.monotonic() + busy_timeout_s)  # only once the file is ours
         self._db.execute("PRAGMA synchronous=FULL")
         if {*TOPICS, _META} <= tables:
             found = self._log_id()
@@ -110,6 +111,21 @@ class SqliteLog(EventLog):
         found = self._log_id()
         assert found is not None
         return found
+
+    def _enable_wal(self, deadline: float) -> None:
+        """Switch a new file to WAL. SQLite answers the switch with "database is locked"
+        at once, without its busy handler, while another process holds the file (several
+        workers opening a fresh log together), so the switch is retried until ``deadline``."""
+        pause = 0.001
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _log_id(self) -> str | None:
         row = self._db.execute(f"SELECT value FROM {_META} WHERE name = 'log_id'").fetchone()

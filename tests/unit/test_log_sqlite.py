@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,26 @@ def test_concurrent_processes_lose_nothing_and_keep_per_key_order(tmp_path: Path
         w, i = map(int, r.value.decode().split(":"))
         seen.setdefault(w, []).append(i)
     assert all(seen[w] == list(range(count)) for w in range(workers))
+
+
+def test_a_fresh_log_opens_while_another_connection_holds_its_lock(tmp_path: Path) -> None:
+    """SQLite refuses the switch to WAL at once, without its busy timeout, while another
+    connection holds the file's lock: several workers opening one new log together hit this."""
+    path = tmp_path / "fresh.db"
+    path.touch()
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # holds the write lock, as a second opener would
+    timer = threading.Timer(0.3, holder.rollback)
+    timer.start()
+    try:
+        log = open_log(f"sqlite:///{path}")
+        assert log.partitions(EVENTS) == 1
+        log.close()
+        with sqlite3.connect(path) as check:
+            assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        timer.cancel()
+        holder.close()
 
 
 def test_relative_and_absolute_urls() -> None:
