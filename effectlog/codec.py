@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -41,6 +41,20 @@ def schema_fingerprint(schema: dict[str, Any] | str) -> bytes:
     return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
 
 
+def record_branches(schema: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The fields of a parsed record schema that are a union of null and one record, with
+    that record's full name. Naming the branch (fastavro's tuple notation) writes the same
+    bytes without fastavro testing the value against each branch first (10 of an outcome
+    event's 25 µs)."""
+    found = []
+    for field in schema["fields"]:
+        kind = field["type"]
+        if isinstance(kind, list) and len(kind) == 2 and kind[0] == "null" \
+                and isinstance(kind[1], dict) and kind[1].get("type") == "record":
+            found.append((str(field["name"]), str(kind[1]["name"])))
+    return tuple(found)
+
+
 class Codec:
     """Encodes with one writer schema; decodes any registered writer schema into it."""
 
@@ -49,6 +63,7 @@ class Codec:
         self.schema = fastavro.parse_schema(schema)
         self.fingerprint = schema_fingerprint(schema)
         self._writers: dict[bytes, Any] = {}
+        self._record_branches = record_branches(cast(dict[str, Any], self.schema))
         #: Byte-reversed fingerprints of the known writer schemas (the pre-spec header).
         self.legacy_fingerprints: frozenset[bytes] = frozenset()
         self._register(self.fingerprint, self.schema)
@@ -73,6 +88,10 @@ class Codec:
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """Single-object encoding of ``record`` with the current schema."""
+        for field, branch in self._record_branches:
+            value = record.get(field)
+            if isinstance(value, dict):
+                record = {**record, field: (branch, value)}
         buffer = io.BytesIO()
         buffer.write(MARKER)
         buffer.write(self.fingerprint)
