@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 KAFKA_BOOTSTRAP_FILE := .effectlog/kafka/bootstrap
 
-.PHONY: demo demo-kafka test lint typecheck unit bench soak clean kafka-up kafka-down console-screenshots
+.PHONY: demo demo-kafka test lint typecheck unit bench soak clean kafka-up kafka-down console-screenshots \
+	docs docs-serve
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,7 +49,15 @@ bench: $(STAMP)
 	$(PY) bench/cluster_api.py
 	$(PY) bench/cluster_failover.py
 
-# The web console's screenshots in docs/ (README), taken by the browser test in Chromium.
+# The documentation site (mkdocs.yml, docs/): strict, so a broken link or a missing page fails
+# the build. NO_MKDOCS_2_WARNING silences the theme's banner about MkDocs 2.0 (we pin mkdocs<2).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+# The web console's screenshots in docs/ (the console page), taken by the browser test in Chromium.
 console-screenshots: $(STAMP)
 	EFFECTLOG_CONSOLE_SCREENSHOTS=docs $(PY) -m pytest -q tests/browser
 
@@ -62,4 +71,4 @@ soak: $(STAMP)
 	$(PY) bench/soak.py --ops $(OPS) --workers $(WORKERS) --log $(LOG)
 
 clean:
-	rm -rf .effectlog build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .effectlog build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache
