@@ -1,4 +1,4 @@
-"""Every cell of README's CLI exit-code table, through the installed console script.
+"""Every cell of the CLI exit-code table (docs/reference/cli.md), through the installed console script.
 
 Each test runs ``.venv/bin/effectlog`` as a real process and checks the code, that stderr
 holds exactly one ``error:`` line on failure, and that no Python traceback is printed.

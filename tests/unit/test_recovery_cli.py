@@ -1,4 +1,4 @@
-"""The README's worked example through the real CLI: crashed worker -> recover -> reconcile ->
+"""The worked example of docs/concepts/recovery.md through the real CLI: crashed worker -> recover -> reconcile ->
 history; and `fake-provider serve` over a real socket."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class GroupSettings:
 
 
 def group_config(settings: KafkaSettings, group: GroupSettings) -> dict[str, object]:
-    """librdkafka settings of a group member (see README "Running a cluster")."""
+    """librdkafka settings of a group member (see docs/kafka/settings.md)."""
     return {
         **settings.client_config(),
         "group.id": group.group,

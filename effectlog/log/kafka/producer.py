@@ -39,7 +39,7 @@ def error_text(exc: BaseException | KafkaError) -> str:
 
 
 def producer_config(settings: KafkaSettings) -> ClientConfig:
-    """librdkafka settings of the appending producer (see README "Kafka settings")."""
+    """librdkafka settings of the appending producer (see docs/kafka/settings.md)."""
     timeout_ms = max(1000, int(settings.timeout_s * 1000))
     return {**settings.client_config(),
             "linger.ms": settings.linger_ms,  # appends are synchronous: send at once

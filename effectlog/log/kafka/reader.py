@@ -37,7 +37,7 @@ _LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAI
 
 
 def reader_config(settings: KafkaSettings) -> ClientConfig:
-    """librdkafka settings of the positioned reader (see README "Kafka settings")."""
+    """librdkafka settings of the positioned reader (see docs/kafka/settings.md)."""
     return {
         **settings.client_config(),
         "group.id": f"effectlog-reader-{uuid.uuid4().hex}",  # required by librdkafka; never joined
