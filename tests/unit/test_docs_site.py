@@ -144,7 +144,7 @@ def test_every_fence_names_its_language_and_output_is_tested_or_illustrative() -
     assert all(langs.values()), [where for where, lang in langs.items() if not lang]
     for block in blocks():
         if block.lang == "sh":  # commands only: output is shown in console (tested) or text
-            assert not re.search(r"^\$ ", block.body, flags=re.M), block.name
+            assert not re.search(r"^(\$|#>) ", block.body, flags=re.M), block.name
 
 
 def test_the_readme_is_short_starts_with_the_two_commands_and_links_resolve() -> None:

@@ -1,5 +1,5 @@
-"""The worked example of docs/concepts/recovery.md through the real CLI: crashed worker -> recover -> reconcile ->
-history; and `fake-provider serve` over a real socket."""
+"""The worked example of docs/concepts/recovery.md through the real CLI: crashed worker ->
+recover -> reconcile -> history; and `fake-provider serve` over a real socket."""
 
 from __future__ import annotations
 
