@@ -8,14 +8,17 @@ The APPROVE event carries who decided and why, so ``history`` shows both.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from effectlog.errors import IllegalTransition, InvalidInput, NotFound
 from effectlog.log.base import EventLog
 from effectlog.model import Decision, EffectEvent, State
 from effectlog.text import check_free_text
-from effectlog.view import LogView, StateView
 from effectlog.worker import Worker
 from effectlog.worker.core import MAX_WORKER_ID
+
+if TYPE_CHECKING:
+    from effectlog.judge.query import Judge
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +26,9 @@ DECIDABLE = frozenset({State.UNKNOWN, State.AWAITING_APPROVAL})
 
 
 def approve(log: EventLog, key: str, decision: Decision | str, by: str, reason: str, *,
-            view: StateView | None = None) -> EffectEvent:
-    """Append the decision on ``key`` as an APPROVE event written by ``approval:<by>``.
+            judge: Judge | None = None) -> EffectEvent:
+    """Append the decision on ``key`` as an APPROVE event written by ``approval:<by>``,
+    judged as any write (by ``judge`` on a log without compare-and-append).
 
     Raises :class:`NotFound` for an unknown key, :class:`IllegalTransition` when the key is
     not UNKNOWN or AWAITING_APPROVAL, :class:`InvalidInput` for a bad decision or empty
@@ -38,8 +42,7 @@ def approve(log: EventLog, key: str, decision: Decision | str, by: str, reason: 
         raise InvalidInput("an approval needs who decided (--by) and why (--reason)")
     check_free_text("--by", by, max_chars=MAX_WORKER_ID)
     check_free_text("--reason", reason)
-    # one key, once: folding it from the log is fine on any backend (a tool, not a worker)
-    worker = Worker(log, f"approval:{by.strip()}", view=view if view is not None else LogView(log))
+    worker = Worker(log, f"approval:{by.strip()}", judge=judge)
     current = worker.get(key)
     if current is None:
         raise NotFound(f"no effect with key {key}")

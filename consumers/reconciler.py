@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
@@ -31,8 +31,10 @@ from effectlog.provider import (
     ProviderError,
     ProviderFailed,
 )
-from effectlog.view import LogView, StateView
 from effectlog.worker import Worker, default_worker_id
+
+if TYPE_CHECKING:
+    from effectlog.judge.query import Judge
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class Reconciler:
     """Settles stuck effects; one instance per process, offsets kept in ``offsets``."""
 
     def __init__(self, log: EventLog, provider: Provider, offsets: CommandOffsets,
-                 settings: ReconcilerSettings | None = None, *, view: StateView | None = None,
+                 settings: ReconcilerSettings | None = None, *, judge: Judge | None = None,
                  metrics: Metrics | None = None,
                  partitions: Callable[[], Iterable[int]] | None = None) -> None:
         self.log = log
@@ -84,9 +86,8 @@ class Reconciler:
         self.provider = provider
         self.offsets = offsets
         self.settings = settings or ReconcilerSettings()
-        # serve hands in its node's view; a one-off `reconcile --once` folds keys from the log
-        self.worker = Worker(log, self.settings.worker_id,
-                             view=view if view is not None else LogView(log))
+        # every write judged: by ``judge`` (serve's own) where the log has no compare-and-append
+        self.worker = Worker(log, self.settings.worker_id, judge=judge)
         self.metrics = metrics
         self._bound = False
 
@@ -181,7 +182,7 @@ class Reconciler:
             policy = self.settings.policy
             w.approve(key, Decision.RETRY, policy.actor, policy.reason(current.kind))
             return self._dispatch(key, payload)
-        w.reserve(key)  # claim a new epoch before writing anything
+        w.claim(key)  # a new epoch before writing anything fences out the previous owner
         if action is Action.RECORD:
             assert lookup is not None and lookup.outcome is not None
             outcome = lookup.outcome

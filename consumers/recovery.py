@@ -24,7 +24,7 @@ from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput, W
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.metrics import Metrics
 from effectlog.model import EffectEvent, State, Transition, now_ms
-from projections.store import ProjectionReader
+from projections.store import Logged, ProjectionReader
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class RecoveryConsumer:
         outstanding = backing_off = 0
         truncated = False
         ends: dict[int, int] | None = None  # of the commands topic, read once if needed
-        for entry in self._stuck(now):
+        for logged_at, entry in self._stuck(now):
             seen.add(entry.idempotency_key)
             prev = self.ledger.get(entry.idempotency_key)
             lost = False
@@ -133,7 +133,7 @@ class RecoveryConsumer:
             if len(issued) >= self.settings.max_commands:
                 truncated = True
                 break
-            issued.append(self._issue(entry, attempts, now))
+            issued.append(self._issue(entry, logged_at, attempts, now))
         if not truncated:
             self._prune(seen)
         if issued:
@@ -154,12 +154,15 @@ class RecoveryConsumer:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _stuck(self, now: int) -> Iterator[EffectEvent]:
+    def _stuck(self, now: int) -> Iterator[Logged]:
+        """Entries stuck past their deadline, measured on the log's own time of their last
+        record (never on the clock of the worker that wrote it)."""
         cutoff = now - int(self.settings.min_deadline_s * 1000)
         for state in self.settings.states:
-            for entry in self.reader.scan_state(state, older_than_ms=cutoff):
-                if entry.occurred_at <= now - int(self.settings.deadline_s(entry.kind) * 1000):
-                    yield entry
+            for found in self.reader.scan_logged(state, older_than_ms=cutoff):
+                deadline_ms = int(self.settings.deadline_s(found.event.kind) * 1000)
+                if found.logged_at <= now - deadline_ms:
+                    yield found
 
     def _due(self, prev: Issued | None, entry: EffectEvent, lost: bool) -> tuple[int, int]:
         """(earliest time a command may be issued, its attempt number)."""
@@ -175,8 +178,9 @@ class RecoveryConsumer:
             return prev.issued_at + backoff_ms, prev.attempts + 1  # still in doubt: back off
         return 0, 1  # moved on (re-dispatched, approved): a fresh entry
 
-    def _issue(self, entry: EffectEvent, attempts: int, now: int) -> ReconciliationCommand:
-        age_s = (now - entry.occurred_at) / 1000
+    def _issue(self, entry: EffectEvent, logged_at: int, attempts: int,
+               now: int) -> ReconciliationCommand:
+        age_s = (now - logged_at) / 1000
         command = ReconciliationCommand.for_event(
             entry, attempts, f"{entry.state.value} for {age_s:.0f}s (attempt {attempts})", now)
         # Ledger first: a crash before the append delays the command, never doubles it.

@@ -1,11 +1,10 @@
 """The query API of ``effectlog serve`` as a client: state by key, lists and stats over HTTP.
 
-Tools (``effectlog get|list|stats --server URL``) and workers read state through a node of
-the projection cluster instead of a local RocksDB. :class:`StateClient` takes several
-server URLs and fails over: a member that does not answer is skipped, a 503 (partition
-restoring or moving) is retried after its ``Retry-After`` until ``retry_for_s`` has passed.
-Reads as they stand from many threads at once share requests (``GET /v1/lookup``, see
-:mod:`effectlog.lookups`).
+Tools (``effectlog get|list|stats --server URL``) read state through a node of the
+projection cluster instead of a local RocksDB. :class:`StateClient` takes several server URLs
+and fails over: a member that does not answer is skipped, a 503 (partition restoring or
+moving) is retried after its ``Retry-After`` until ``retry_for_s`` has passed. Workers ask the
+cluster's judge instead (:mod:`effectlog.judge.client`).
 """
 
 from __future__ import annotations
@@ -14,17 +13,12 @@ import http.client
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.http_get import KeepAliveGets
-from effectlog.lookups import LookupBatcher
-
-if TYPE_CHECKING:
-    from effectlog.log.base import Position
-    from effectlog.model import EffectEvent
-    from effectlog.view import Seen
+from effectlog.judge.client import server_list
 
 
 class KeyState(NamedTuple):
@@ -40,33 +34,17 @@ class KeyState(NamedTuple):
     served_by: str
 
 
-def server_list(spec: str | Sequence[str]) -> list[str]:
-    """``http://a:9464,http://b:9464`` (or a sequence) as a list of base URLs."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    servers = [s.strip().rstrip("/") for s in items if s.strip()]
-    for server in servers:
-        if not server.startswith(("http://", "https://")):
-            raise InvalidInput(f"server {server!r} must be an http:// or https:// URL")
-    if not servers:
-        raise InvalidInput("no server URL given")
-    return servers
-
-
 class StateClient:
     """Reads effect state from a group of serve instances (any member answers any key)."""
 
     def __init__(self, servers: str | Sequence[str], *, timeout_s: float = 10.0,
-                 retry_for_s: float = 10.0, batch_reads: bool = True) -> None:
-        """``batch_reads``: reads as they stand that meet one in flight are sent together,
-        with those of every client of the same servers in the process."""
+                 retry_for_s: float = 10.0) -> None:
         self.servers = server_list(servers)
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
         self._http = KeepAliveGets()
         self._prefix = [urlsplit(server).path for server in self.servers]  # behind a proxy path
         self._preferred = 0
-        self.batcher: LookupBatcher[KeyState] | None = (
-            LookupBatcher.shared(self.servers) if batch_reads else None)
 
     def get(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
             timeout_ms: int | None = None, during: Callable[[], None] | None = None) -> KeyState:
@@ -74,14 +52,6 @@ class StateClient:
         caller's own append); ``fresh``: once it applied what the log held at the call.
         ``during`` is called while a request is in flight (each attempt's; it must not
         raise, and should do its work once)."""
-        if self.batcher is not None and not fresh and min_offset is None and during is None:
-            return self.batcher.get(key, self._get_one, self._lookup)
-        return self._get_one(key, fresh=fresh, min_offset=min_offset, timeout_ms=timeout_ms,
-                             during=during)
-
-    def _get_one(self, key: str, *, fresh: bool = False, min_offset: int | None = None,
-                 timeout_ms: int | None = None,
-                 during: Callable[[], None] | None = None) -> KeyState:
         params: dict[str, str] = {}
         if fresh:
             params["fresh"] = "1"
@@ -97,23 +67,6 @@ class StateClient:
         return KeyState(snapshot, int(headers.get("Effectlog-Partition", -1)),
                         None if applied is None else int(applied),
                         headers.get("Effectlog-Rejected"), headers.get("Effectlog-Served-By", ""))
-
-    def _lookup(self, keys: Sequence[str]) -> dict[str, KeyState] | None:
-        """Many keys as they stand in one request; a key left out is to be asked alone, and
-        None means the server cannot answer batches."""
-        try:
-            status, body, _ = self._request("/v1/lookup", [("key", key) for key in keys])
-        except InvalidInput:
-            return None
-        if status != 200:
-            return None  # a server without the route
-        try:
-            found = json.loads(body)["found"]
-            return {entry["key"]: KeyState(entry["snapshot"], int(entry["partition"]),
-                                           _offset(entry["applied_offset"]), None,
-                                           str(entry["served_by"])) for entry in found}
-        except (ValueError, KeyError, TypeError):
-            return None
 
     def list(self, state: str | None = None, older_than: str | None = None,
              limit: int = 100) -> list[dict[str, Any]]:
@@ -181,64 +134,9 @@ class StateClient:
             time.sleep(min(retry_after, left))
 
 
-def _offset(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
 def _message(body: bytes) -> str | None:
     try:
         value = json.loads(body)
     except ValueError:
         return None
     return str(value["error"]) if isinstance(value, dict) and "error" in value else None
-
-
-class ClusterView:
-    """A worker's :class:`~effectlog.view.StateView` through the projection cluster.
-
-    ``current`` asks with ``fresh=1``: the owner answers once its partition has applied what
-    the log held at the call, so a worker never acts on a snapshot older than the log.
-    ``accepted`` asks with ``min_offset`` of the worker's own append: the owner answers once
-    it applied that offset, and says whether the event there was rejected. No partition is
-    scanned and no RocksDB is needed on the worker's machine; a member that dies mid-call is
-    skipped for the next one, and when none answers the call raises
-    :class:`~effectlog.errors.BackendUnavailable` (never a false answer).
-    """
-
-    def __init__(self, servers: str | Sequence[str] | StateClient, *,
-                 timeout_s: float = 10.0) -> None:
-        self.client = servers if isinstance(servers, StateClient) else StateClient(
-            servers, timeout_s=timeout_s)
-        self.timeout_s = timeout_s
-
-    def current(self, key: str) -> EffectEvent | None:
-        return self.seen(key).event
-
-    def seen(self, key: str, since: int | None = None) -> Seen:
-        """The snapshot and the partition offset the owner had applied up to: fresh (the
-        log end at the call applied), with ``since`` once that offset is applied, or as it
-        stands (``since`` negative: :data:`effectlog.view.AS_IS`)."""
-        return self._seen(key, since, None)
-
-    def seen_during(self, key: str, since: int, during: Callable[[], None]) -> Seen:
-        """:meth:`seen`, calling ``during`` while the request is in flight (so a worker's
-        ListOffsets and its read overlap)."""
-        return self._seen(key, since, during)
-
-    def _seen(self, key: str, since: int | None, during: Callable[[], None] | None) -> Seen:
-        from effectlog.model import EffectEvent
-        from effectlog.view import Seen
-
-        state = self.client.get(key, fresh=since is None,
-                                min_offset=None if since is None or since < 0 else since,
-                                timeout_ms=int(self.timeout_s * 1000), during=during)
-        event = None if state.snapshot is None else EffectEvent.from_json(state.snapshot)
-        return Seen(event, state.applied_offset)
-
-    def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
-        state = self.client.get(event.idempotency_key, min_offset=position.offset,
-                                timeout_ms=max(1, int(timeout * 1000)))
-        return state.rejected is None
-
-    def close(self) -> None:
-        self.client.close()

@@ -82,6 +82,11 @@ class Codec:
             self._writers[legacy] = parsed
             self.legacy_fingerprints |= {legacy}
 
+    @property
+    def writer_fingerprints(self) -> frozenset[bytes]:
+        """The fingerprints (spec byte order) of every writer schema this codec decodes."""
+        return frozenset(self._writers) - self.legacy_fingerprints
+
     def is_legacy(self, data: bytes) -> bool:
         """Whether ``data``'s header names a known writer schema in the pre-spec byte order."""
         return data[2:HEADER_SIZE] in self.legacy_fingerprints

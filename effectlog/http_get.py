@@ -1,5 +1,6 @@
-"""Keep-alive GETs for the query API client: one connection per thread and server, answers
-parsed by httptools (the C parser of llhttp).
+"""Keep-alive requests for the query API client: one connection per thread and server,
+answers parsed by httptools (the C parser of llhttp). GETs, and POSTs of queries (the judge's
+``POST /v1/judge`` only reads, so it is as safe to send again as a GET).
 
 A worker reads state once or twice per effect, so the client's own cost counts: urllib3's
 URL parsing and pool bookkeeping took about half of a worker's CPU per ``perform``, and
@@ -47,6 +48,19 @@ class KeepAliveGets:
             read_timeout_s: float, during: Callable[[], None] | None = None) -> Answer:
         """``during`` is called once the request is sent, before its answer is read (it must
         not raise)."""
+        return self.request(server, target, None, connect_timeout_s=connect_timeout_s,
+                            read_timeout_s=read_timeout_s, during=during)
+
+    def post(self, server: str, target: str, body: bytes, *, connect_timeout_s: float,
+             read_timeout_s: float) -> Answer:
+        """POST ``body`` (JSON) to ``target`` of ``server``."""
+        return self.request(server, target, body, connect_timeout_s=connect_timeout_s,
+                            read_timeout_s=read_timeout_s)
+
+    def request(self, server: str, target: str, body: bytes | None, *,
+                connect_timeout_s: float, read_timeout_s: float,
+                during: Callable[[], None] | None = None) -> Answer:
+        """A GET (``body`` None) or a POST of JSON ``body``."""
         mine: dict[str, _Connection] = self._local.__dict__.setdefault("by", {})
         conn = mine.get(server)
         reused = conn is not None and conn.sock is not None and not conn.closed_by_peer()
@@ -55,12 +69,12 @@ class KeepAliveGets:
                 conn.close()
             conn = mine[server] = self._new(server)
         try:
-            return conn.exchange(target, connect_timeout_s, read_timeout_s, during)
+            return conn.exchange(target, body, connect_timeout_s, read_timeout_s, during)
         except _CLOSED_UNDER_US:
             conn.close()
             if not reused:
                 raise
-            return conn.exchange(target, connect_timeout_s, read_timeout_s, during)
+            return conn.exchange(target, body, connect_timeout_s, read_timeout_s, during)
         except BaseException:
             conn.close()  # a half-read answer must not be read as the next one's
             raise
@@ -124,16 +138,21 @@ class _Connection:
         except (OSError, ValueError):
             return True
 
-    def exchange(self, target: str, connect_timeout_s: float, read_timeout_s: float,
-                 during: Callable[[], None] | None) -> Answer:
+    def exchange(self, target: str, body: bytes | None, connect_timeout_s: float,
+                 read_timeout_s: float, during: Callable[[], None] | None) -> Answer:
         request_target = target.encode("ascii", "replace")  # "?" is then refused below
         if (not request_target.startswith(b"/") or not target.isascii()
                 or _NOT_IN_A_TARGET.search(request_target)):
             raise http.client.InvalidURL(f"not a request target: {target!r}")
         sock = self.sock if self.sock is not None else self._connect(connect_timeout_s)
         sock.settimeout(read_timeout_s)
-        sock.sendall(b"GET " + request_target + b" HTTP/1.1\r\nHost: " + self._host_header
-                     + b"\r\nAccept-Encoding: identity\r\n\r\n")
+        if body is None:
+            sock.sendall(b"GET " + request_target + b" HTTP/1.1\r\nHost: " + self._host_header
+                         + b"\r\nAccept-Encoding: identity\r\n\r\n")
+        else:
+            sock.sendall(b"POST " + request_target + b" HTTP/1.1\r\nHost: " + self._host_header
+                         + b"\r\nAccept-Encoding: identity\r\nContent-Type: application/json"
+                         + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         if during is not None:
             during()
         answer = _Answer()

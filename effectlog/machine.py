@@ -23,6 +23,11 @@ from effectlog.model import (
 )
 
 S, T = State, Transition
+
+#: The version of the rules below. Raise it with any change that could judge a record of an
+#: existing log differently: a judge (``effectlog serve``) refuses to judge the writes of a
+#: writer whose rules version differs (see :mod:`effectlog.judge.premises`).
+RULES_VERSION = 1
 _RECORDED = frozenset({S.SUCCEEDED, S.FAILED})
 
 #: (state before, transition) -> states allowed after. ``None`` is "no event yet".

@@ -22,11 +22,15 @@ def rebuild(log: EventLog, state_dir: str | os.PathLike[str],
     """Project the whole log (up to its end at the start) into ``<state_dir>.new-<ms>`` and
     swap it in; returns the new generation, or None when stopped before the end (the
     partial build is removed and the current projection stays). A second rebuild of the
-    same ``state_dir`` while one runs raises :class:`BackendUnavailable` at once.
+    same ``state_dir`` while one runs, or one next to a running serve, raises
+    :class:`BackendUnavailable` at once.
 
     The new generation records the identity of ``log``: this is how a projection adopts
-    a new log (see :mod:`projections.lineage`)."""
-    with layout.rebuild_lock(state_dir):
+    a new log (see :mod:`projections.lineage`). The state directory is held for the whole
+    rebuild (:func:`~projections.rocksdb.layout.hold`): a running ``effectlog serve`` refuses
+    it, so no answer ever mixes two generations."""
+    held = layout.hold(state_dir, "effectlog rebuild")
+    try:
         built = layout.new_build_dir(state_dir)
         try:
             with Projector(log, built, settings, follow_swaps=False) as projector:
@@ -40,5 +44,7 @@ def rebuild(log: EventLog, state_dir: str | os.PathLike[str],
             logger.warning("rebuild stopped before the end; %s is unchanged", state_dir)
             return None
         final = layout.swap_in(state_dir, built)
+    finally:
+        held.close()
     logger.info("rebuilt projection swapped in: %s -> %s", state_dir, final)
     return final

@@ -34,13 +34,24 @@ class Rejection(NamedTuple):
     at_ms: int
 
 
-#: A position in the state/time index: (last-transition ms clamped at 0, key).
+#: A position in the state/time index: (log time of the last transition, ms clamped at 0, key).
 Cursor = tuple[int, str]
 
 
+class Logged(NamedTuple):
+    """A snapshot and the log's own time of its record (``logged_at``, epoch ms): the
+    broker's append time on Kafka, the insertion time on SQLite, never the writer's clock."""
+
+    logged_at: int
+    event: EffectEvent
+
+
 def cursor_of(snapshot: Mapping[str, Any]) -> Cursor:
-    """Where the snapshot (JSON view) sits in its state's index."""
-    return max(int(snapshot["occurred_at"]), 0), str(snapshot["idempotency_key"])
+    """Where the snapshot (JSON view) sits in its state's index (by ``logged_at``; a view
+    without it, by the event's own time)."""
+    at = snapshot.get("logged_at")
+    return max(int(snapshot["occurred_at"] if at is None else at), 0), \
+        str(snapshot["idempotency_key"])
 
 
 class ProjectionReader(ABC):
@@ -51,14 +62,21 @@ class ProjectionReader(ABC):
         """The current snapshot of ``key``, or None."""
 
     @abstractmethod
+    def scan_logged(self, state: State, older_than_ms: int | None = None,
+                    limit: int | None = None, after: Cursor | None = None) -> Iterator[Logged]:
+        """Effects in ``state`` whose last transition was logged before ``older_than_ms``
+        (epoch milliseconds of the log's own time), oldest first, with that time: a range
+        scan over the state/time index.
+
+        ``after`` resumes a scan: only effects ordered after that (log time, key) position
+        (see :func:`cursor_of`), so paging costs one seek, never a rescan.
+        """
+
     def scan_state(self, state: State, older_than_ms: int | None = None,
                    limit: int | None = None, after: Cursor | None = None) -> Iterator[EffectEvent]:
-        """Effects in ``state`` whose last transition is older than ``older_than_ms``
-        (epoch milliseconds), oldest first: a range scan over the state/time index.
-
-        ``after`` resumes a scan: only effects ordered after that (last-transition ms, key)
-        position (see :func:`cursor_of`), so paging costs one seek, never a rescan.
-        """
+        """:meth:`scan_logged`'s snapshots alone."""
+        for logged in self.scan_logged(state, older_than_ms, limit, after):
+            yield logged.event
 
     @abstractmethod
     def rejected(self, limit: int | None = None) -> Iterator[Rejection]:

@@ -48,6 +48,23 @@ def answer(url: str) -> tuple[int, Any]:
         return response.status, None
 
 
+def ask_judge(url: str, keys: list[str], timeout_ms: int = 3000) -> tuple[int, Any]:
+    """(status, JSON body) of ``POST /v1/judge`` asking about ``keys`` as they stand."""
+    from effectlog.judge import worker_fingerprint
+
+    body = json.dumps({"judge": worker_fingerprint(), "timeout_ms": timeout_ms,
+                       "queries": [{"key": k} for k in keys]}).encode()
+    try:
+        response = HTTP.request("POST", url + "/v1/judge", body=body,
+                                headers={"Content-Type": "application/json"})
+    except urllib3.exceptions.HTTPError:
+        return 0, None
+    try:
+        return response.status, json.loads(response.data)
+    except ValueError:
+        return response.status, None
+
+
 class Serve:
     """One `effectlog serve` process with its own state directory and port."""
 

@@ -4,8 +4,8 @@ One job per stdin line (``{"op", "kind", "target", "payload"}``), one reply line
 :mod:`effectlog.cli.demo.worker_main` answers it (``status``: succeeded, in_doubt, unknown,
 superseded, or error for ``BackendUnavailable`` with its ``detail``; ``ack``; the ``events``
 its appends got back), plus ``elapsed_s``, how long the job took. State is read through
-``serve`` (``--server``) with every wait bounded by ``--timeout`` seconds: the fresh read,
-the acceptance check, the 503 retries.
+``serve`` (``--server``, the judge) with every wait bounded by ``--timeout`` seconds: the
+reads, the verdicts, the retries of questions nobody could answer.
 
     python -m tests.fault_worker --log URL --provider fake:///p.db --server URL --id W
 """
@@ -19,7 +19,7 @@ import time
 
 from consumers.providers import load_provider
 from effectlog.cli.demo.worker_main import CrashingWorker, run_job
-from effectlog.client import ClusterView, StateClient
+from effectlog.judge.client import ClusterJudge
 from effectlog.log import open_log
 
 
@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
     provider = load_provider(args.provider)
-    client = StateClient(args.server, timeout_s=args.timeout, retry_for_s=args.timeout)
+    judge = ClusterJudge(args.server, timeout_s=args.timeout, wait_s=args.timeout,
+                         retry_for_s=args.timeout)
     log = open_log(args.log)
-    worker = CrashingWorker(log, args.id, view=ClusterView(client, timeout_s=args.timeout),
-                            accept_timeout_s=args.timeout)
+    worker = CrashingWorker(log, args.id, judge=judge, accept_timeout_s=args.timeout)
     for line in sys.stdin:
         started = time.monotonic()
         reply = run_job(worker, provider, json.loads(line))

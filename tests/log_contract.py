@@ -96,25 +96,13 @@ class LogContract:
         pos = log.append(EVENTS, "agent:bin:k:t", value)
         assert log.read(EVENTS, pos.partition, pos.offset, 1, timeout=5)[0].value == value
 
-    def test_untouched_tells_a_range_without_the_key_and_never_hides_one(
-            self, log: EventLog) -> None:
-        key = "agent:u:k:t"
-        other = neighbour(log, key)
-        assert log.untouched(EVENTS, key, 0, 0)  # an empty range holds nothing
-        first = log.append(EVENTS, key, b"1").offset
-        between = log.append(EVENTS, other, b"2").offset
-        last = log.append(EVENTS, key, b"3").offset
-        end = last + 1
-        # every backend tells a range without the key (Kafka from its delivery reports here,
-        # another writer's records once its key tail has read them)
-        assert eventually(lambda: log.untouched(EVENTS, key, between, last))
-        assert log.untouched(EVENTS, key, first, end, own={first, last})
-        assert log.untouched(EVENTS, other, last, end)
-        # a record of the key in the range: never untouched, whatever the backend
-        assert not log.untouched(EVENTS, key, first, end)
-        assert not log.untouched(EVENTS, key, first, end, own={first})
-        assert not log.untouched(EVENTS, key, between, end)
-        assert not log.untouched(EVENTS, other, first, end)
+    def test_acknowledged_ends_count_every_appended_record(self, log: EventLog) -> None:
+        before = log.acknowledged_ends(EVENTS)
+        position = log.append(EVENTS, "agent:ack:k:t", b"1")
+        after = log.acknowledged_ends(EVENTS)
+        assert after[position.partition] == position.offset + 1
+        assert after[position.partition] >= before.get(position.partition, 0) + 1
+        assert all(after[p] >= n for p, n in log.end_offsets(EVENTS).items())
 
     def test_conditional_append_is_all_or_nothing_against_the_keys_last_offset(
             self, log: EventLog) -> None:

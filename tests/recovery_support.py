@@ -13,13 +13,16 @@ from consumers.policy import ApprovalPolicy
 from consumers.providers.fake import FakeProvider
 from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
+from effectlog.errors import Conflict
+from effectlog.judge.client import ClusterJudge
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog, Position
-from effectlog.machine import fold
+from effectlog.machine import check, fold
 from effectlog.model import EffectEvent, State, now_ms
-from effectlog.view import LogView, decode_events
+from effectlog.view import decode_events
 from effectlog.worker import Worker
-from projections.store import ProjectionReader, Rejection
+from projections.store import Logged, ProjectionReader, Rejection
+from tests.judges import scribe
 
 
 class FoldReader(ProjectionReader):
@@ -39,14 +42,31 @@ class FoldReader(ProjectionReader):
     def get(self, key: str) -> EffectEvent | None:
         return fold(decode_events(self.log, key))[0]
 
-    def scan_state(self, state: State, older_than_ms: int | None = None,
-                   limit: int | None = None,
-                   after: tuple[int, str] | None = None) -> Iterator[EffectEvent]:
-        hits = sorted((e for e in self._snapshots() if e.state is state and (
-            older_than_ms is None or e.occurred_at < older_than_ms) and (
-            after is None or (max(e.occurred_at, 0), e.idempotency_key) > after)),
-            key=lambda e: (e.occurred_at, e.idempotency_key))
+    def scan_logged(self, state: State, older_than_ms: int | None = None,
+                    limit: int | None = None,
+                    after: tuple[int, str] | None = None) -> Iterator[Logged]:
+        hits = sorted((found for found in self._logged() if found.event.state is state and (
+            older_than_ms is None or found.logged_at < older_than_ms) and (
+            after is None or (max(found.logged_at, 0), found.event.idempotency_key) > after)),
+            key=lambda found: (found.logged_at, found.event.idempotency_key))
         yield from hits[:limit] if limit is not None else hits
+
+    def _logged(self) -> list[Logged]:
+        """Each key's snapshot with the log time of the record that made it."""
+        out: dict[str, Logged] = {}
+        state: dict[str, EffectEvent | None] = {}
+        for partition in range(self.log.partitions(EVENTS)):
+            for record in self.log.scan(EVENTS, partition):
+                events = decode_events(self.log, record.key, [record])
+                if not events:
+                    continue
+                try:
+                    check(state.get(record.key), events[0])
+                except Conflict:
+                    continue
+                state[record.key] = events[0]
+                out[record.key] = Logged(record.timestamp_ms, events[0])
+        return list(out.values())
 
     def rejected(self, limit: int | None = None) -> Iterator[Rejection]:
         return iter(())
@@ -91,19 +111,23 @@ class Harness:
     """A crashed worker's log, a fake provider, recovery and a reconciler."""
 
     def __init__(self, tmp_path: Path, log_url: str, *, lookup_complete: bool = True,
-                 policy: ApprovalPolicy | None = None, projection: bool = False) -> None:
+                 policy: ApprovalPolicy | None = None, projection: bool = False,
+                 server: str | None = None) -> None:
+        """``server``: the judge of the reconciler's writes (a serve URL), on Kafka."""
         self.tmp = tmp_path
         self.log: EventLog = open_log(log_url)
         self.projection = projection  # True: recovery reads the real RocksDB projection
-        self.worker = Worker(self.log, "crashed-worker", view=LogView(self.log))
+        self.worker = scribe(self.log, "crashed-worker")
         self.provider = FakeProvider(tmp_path / "provider.db", lookup_complete=lookup_complete)
         self.policy = policy or ApprovalPolicy()
         self.offset_ms = 0
+        self.server = server
 
     def reconciler(self) -> Reconciler:
         offsets = OffsetStore(consumer_db_path(self.tmp / "state", "reconciler"))
         settings = ReconcilerSettings(worker_id="reconciler-1", policy=self.policy)
-        return Reconciler(self.log, self.provider, offsets, settings)
+        judge = None if self.server is None else ClusterJudge(self.server)
+        return Reconciler(self.log, self.provider, offsets, settings, judge=judge)
 
     def reader(self) -> ProjectionReader:
         """The projection (caught up first) or a log-folding stand-in."""

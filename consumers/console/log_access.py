@@ -5,7 +5,8 @@ A timeline is every record of the key as the log holds it (judged by
 projection's snapshot. A refreshing page must not rescan a Kafka partition every few
 seconds, so a key's records are kept with the partition end they were read up to and only
 the records appended since are read again. Decisions go through
-:func:`consumers.approvals.approve`, exactly as ``effectlog approve`` records them.
+:func:`consumers.approvals.approve`, exactly as ``effectlog approve`` records them, judged by
+the node's own judge on a log without compare-and-append.
 Every call blocks (run it off the event loop); one at a time.
 """
 
@@ -30,8 +31,9 @@ INCREMENTAL_MAX = 5000
 class ConsoleLog:
     """Opens the log at ``log_url`` on first use; :meth:`close` when the server stops."""
 
-    def __init__(self, log_url: str) -> None:
+    def __init__(self, log_url: str, judge_url: str) -> None:
         self.log_url = log_url
+        self.judge_url = judge_url
         self._log: EventLog | None = None
         self._lock = threading.Lock()
         self._records: OrderedDict[str, tuple[list[Record], int]] = OrderedDict()
@@ -61,7 +63,16 @@ class ConsoleLog:
     def decide(self, key: str, decision: str, by: str, reason: str) -> EffectEvent:
         """Append the decision (see :func:`consumers.approvals.approve` for its errors)."""
         with self._lock:
-            return approve(self._opened(), key, decision, by, reason)
+            log = self._opened()
+            if log.conditional:
+                return approve(log, key, decision, by, reason)
+            from effectlog.judge.client import ClusterJudge
+
+            judge = ClusterJudge(self.judge_url)  # this node's judge, which forwards
+            try:
+                return approve(log, key, decision, by, reason, judge=judge)
+            finally:
+                judge.close()
 
     def close(self) -> None:
         with self._lock:

@@ -83,7 +83,7 @@ class _Console:
         server = node.server
         assert server is not None, "the console needs the node's HTTP server"
         self.api = ApiClient(server.url)
-        self.log = ConsoleLog(node.log_url)
+        self.log = ConsoleLog(node.log_url, server.url)
         self.auth = ConsoleAuth(settings.token, loopback_only=is_loopback(server.host))
         self.env = environment()
 

@@ -22,7 +22,8 @@ NOT_OWNER = "Effectlog-Not-Owner"  # on a forwarded request's 503: the asker's m
 NEXT = "Effectlog-Next"  # on a list: the cursor of the next page
 #: Response headers relayed from the owner (besides the body and status).
 RELAYED = ("Content-Type", "Retry-After", "Effectlog-Partition", "Effectlog-Applied-Offset",
-           "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions", NOT_OWNER, NEXT)
+           "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions",
+           "Effectlog-Topic-Id", "Effectlog-Generation", NOT_OWNER, NEXT)
 
 
 class Membership(Protocol):
@@ -96,6 +97,21 @@ class Forwarder:
                 return Reply(response.status, body, headers)
         except (ClientError, TimeoutError, OSError) as exc:
             logger.info("member %s did not answer %s: %s", member, path_qs, exc)
+            return None
+
+    async def post(self, member: str, path: str, body: bytes,
+                   timeout_s: float | None = None) -> Reply | None:
+        """POST ``body`` (JSON) to ``path`` of ``member``; None when it cannot be reached."""
+        timeout = ClientTimeout(total=timeout_s or self.timeout_s)
+        url = URL(member.rstrip("/") + path, encoded=True)
+        try:
+            async with self._client().post(url, data=body, timeout=timeout, headers={
+                    FORWARDED: self.self_url, "Content-Type": "application/json"}) as response:
+                return Reply(response.status, await response.read(),
+                             {name: response.headers[name] for name in RELAYED
+                              if name in response.headers})
+        except (ClientError, TimeoutError, OSError) as exc:
+            logger.info("member %s did not answer %s: %s", member, path, exc)
             return None
 
     async def close(self) -> None:

@@ -1,18 +1,20 @@
-"""The query API of a node (aiohttp): effects by key, lists and stats over the whole group.
+"""The query API of a node (aiohttp): effects by key, the judge, lists and stats.
 
 ``GET /v1/effects/{key}`` answers from the partition's owner (forwarding when that is
-another member), with ``?min_offset=N`` (read-your-writes: answer once offset N is applied)
-and ``?fresh=1`` (answer once everything in the log at arrival is applied), 504 when that
-takes longer than ``timeout_ms``, 503 + ``Retry-After`` while the partition restores or has
-no owner. ``GET /v1/effects`` and ``GET /v1/stats`` ask every member and merge; a list
-pages by cursor (``after=`` the ``Effectlog-Next`` header of the page before, see
-:mod:`projections.paging`) and filters by ``kind`` (prefix) and ``target`` (substring). Every
-answer about a key names its partition in ``Effectlog-Partition`` and, in
-``Effectlog-Applied-Offset``, an offset below which every record of that partition is in the
-snapshot (the body is exactly what ``effectlog get KEY --json`` prints); with
-``min_offset``, ``Effectlog-Rejected`` names the reason when the event at that offset was
-refused. ``GET /v1/lookup?key=A&key=B`` answers many keys as they stand in one request
-(:mod:`consumers.node.lookup`). ``/metrics`` and ``/healthz`` live here too.
+another member) with one consistent read of the key and its partition's applied offset, with
+``?min_offset=N`` (answer once offset N is applied) and ``?fresh=1`` (answer once everything
+in the log at arrival is applied), 504 when that takes longer than ``timeout_ms``, 503 +
+``Retry-After`` while the partition restores, moves or has no owner. Every answer about a key
+names its partition (``Effectlog-Partition``), an offset below which every record of that
+partition is in the snapshot (``Effectlog-Applied-Offset``, read with it), the events topic
+and projection generation it comes from (``Effectlog-Topic-Id``, ``Effectlog-Generation``)
+and the member (``Effectlog-Served-By``); the body is exactly what ``effectlog get KEY
+--json`` prints; with ``min_offset``, ``Effectlog-Rejected`` names the reason when the event
+at that offset was refused. ``POST /v1/judge`` answers writers' questions, verdicts on their
+own events included (:mod:`consumers.node.judge_route`). ``GET /v1/effects`` and
+``GET /v1/stats`` ask every member and merge; a list pages by cursor (``after=`` the
+``Effectlog-Next`` header of the page before, see :mod:`projections.paging`) and filters by
+``kind`` (prefix) and ``target`` (substring). ``/metrics`` and ``/healthz`` live here too.
 
 Other routes (the web console) plug in through ``build_app(node, extra=...)``.
 """
@@ -31,14 +33,16 @@ from aiohttp import web
 
 from consumers.node.forwarding import FORWARDED, NEXT, NOT_OWNER, Forwarder
 from consumers.node.health import HealthCheck
-from consumers.node.lookup import Lookup
+from consumers.node.judge_route import PATH as JUDGE_PATH
+from consumers.node.judge_route import JudgeRoute
+from consumers.node.judging import Unanswered
 from effectlog.errors import EffectlogError, InvalidInput
-from effectlog.log.base import EVENTS, Position
+from effectlog.judge.premises import worker_fingerprint
+from effectlog.judge.query import Answer, Query
 from effectlog.metrics import CONTENT_TYPE_LATEST
 from effectlog.redact import redact_url
 from effectlog.stats import STATES, stats_figures
 from projections.paging import Filters, format_cursor, merge_pages, page_of, parse_cursor
-from projections.rocksdb.snapshot import snapshot_json
 
 if TYPE_CHECKING:
     from consumers.node.node import Node
@@ -61,7 +65,7 @@ def build_app(node: Node, extra: RouteHook | None = None) -> web.Application:
     app[NODE_KEY] = node
     app.router.add_get("/v1/effects/{key:.+}", api.effect)
     app.router.add_get("/v1/effects", api.effects)
-    app.router.add_get("/v1/lookup", Lookup(node, api.forwarder).answer)
+    app.router.add_post(JUDGE_PATH, JudgeRoute(node.judge, node.membership, api.forwarder).answer)
     app.router.add_get("/v1/stats", api.stats)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/healthz", api.health)
@@ -108,6 +112,7 @@ class _Api:
         self.node = node
         self.forwarder = Forwarder(node.url)
         self.health_check = HealthCheck(node, node.settings.health_wait_s)
+        self.fingerprint = worker_fingerprint()  # a reader's: this release's rules and schema
         self._refreshing: asyncio.Future[None] | None = None
 
     async def close(self, app: web.Application) -> None:
@@ -124,49 +129,29 @@ class _Api:
             fresh = _flag(query, "fresh")
         except InvalidInput as exc:
             return _error(400, str(exc))
-        partition = node.partition_for(key)
-        status = node.gate.status(partition)
-        if status is None:
-            return await self._forward(request, partition, timeout_ms / 1000 + 5)
-        if status == "restoring":
-            return self._restoring(partition)
-        target = 0 if min_offset is None else min_offset + 1
-        if fresh:
-            try:
-                # threads asking at once share one ListOffsets (KafkaLog's EndOffsetRounds)
-                ends = await asyncio.to_thread(node.end_offsets)
-            except EffectlogError as exc:
-                return _unavailable(f"cannot read the log's end offsets: {exc}")
-            target = max(target, ends.get(partition, 0))
-        if target and not await node.gate.wait_async(partition, target, timeout_ms / 1000):
-            if node.gate.status(partition) != "serving":
-                return _unavailable(f"partition {partition} moved to another member; retry")
-            return _error(504, f"partition {partition} has not applied offset {target - 1} "
-                               f"within {timeout_ms} ms", self._headers(partition))
-        headers = self._headers(partition)
-        try:
-            raw = node.reader.get_raw(key)
-            if min_offset is not None:
-                refused = node.reader.rejected_at(Position(EVENTS, partition, min_offset))
-                if refused is not None:
-                    headers["Effectlog-Rejected"] = refused.reason
-        except Exception:  # released under us (revoked): rocksdict raises bare exceptions
-            return _unavailable(f"partition {partition} moved to another member; retry")
-        if raw is None:
+        found = await node.judge.answer(Query(key, after=min_offset, fresh=fresh),
+                                        self.fingerprint, timeout_ms / 1000)
+        if isinstance(found, Unanswered):
+            return await self._unanswered(request, found, timeout_ms)
+        headers = _answer_headers(found)
+        if min_offset is not None:
+            refused = await asyncio.to_thread(node.judge.rejection_at, found.partition,
+                                              min_offset)
+            if refused is not None:
+                headers["Effectlog-Rejected"] = refused
+        if found.snapshot is None:
             return _error(404, f"no effect with key {key}", headers)
-        return _json(200, snapshot_json(raw), headers)
+        return _json(200, found.snapshot, headers)
 
-    def _headers(self, partition: int) -> dict[str, str]:
+    async def _unanswered(self, request: web.Request, found: Unanswered,
+                          timeout_ms: int) -> web.Response:
+        partition = found.partition
+        if not found.here:
+            return await self._forward(request, partition, timeout_ms / 1000 + 5)
         headers = {"Effectlog-Partition": str(partition), "Effectlog-Served-By": self.node.url}
-        applied = self.node.gate.position(partition)  # read before the snapshot: never past it
-        if applied is not None:
-            headers["Effectlog-Applied-Offset"] = str(applied)
-        return headers
-
-    def _restoring(self, partition: int) -> web.Response:
-        left = self.node.gate.restore_left(partition)
-        return _unavailable(f"partition {partition} is restoring ({left} records to apply)",
-                            {"Effectlog-Partition": str(partition)})
+        if found.late:
+            return _error(504, f"{found.reason} within {timeout_ms} ms", headers)
+        return _unavailable(found.reason, headers)
 
     async def _forward(self, request: web.Request, partition: int,
                        timeout_s: float) -> web.Response:
@@ -185,10 +170,7 @@ class _Api:
                                         headers=reply.headers)
             if attempt == 0:
                 await asyncio.to_thread(node.membership.refresh)
-                status = node.gate.status(partition)
-                if status == "restoring":
-                    return self._restoring(partition)
-                if status == "serving":  # assigned here meanwhile
+                if node.gate.status(partition) is not None:  # assigned here meanwhile
                     return await self.effect(request)
         return _unavailable(f"partition {partition} has no reachable owner (the group is "
                             "rebalancing)", {"Effectlog-Partition": str(partition)})
@@ -290,6 +272,16 @@ class _Api:
     async def health(self, request: web.Request) -> web.Response:
         ok, details = await self.health_check()
         return _json(200 if ok else 503, {"ok": ok, **details})
+
+
+def _answer_headers(answer: Answer) -> dict[str, str]:
+    """The headers that say where an answer about a key comes from and how far it reaches."""
+    premises = answer.premises
+    return {"Effectlog-Partition": str(answer.partition),
+            "Effectlog-Applied-Offset": str(answer.applied),
+            "Effectlog-Served-By": premises.served_by,
+            "Effectlog-Topic-Id": premises.topic_id or "",
+            "Effectlog-Generation": premises.generation}
 
 
 def _partitions(headers: Mapping[str, str]) -> set[int]:

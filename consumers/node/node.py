@@ -13,9 +13,7 @@ reconciler (each its own loop, unless ``loops`` is off and the owner calls
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import sys
 import threading
 import time
@@ -30,12 +28,14 @@ from consumers.node.gate import PartitionGate
 from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
 from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
+from consumers.node.judging import NodeJudge, PartitionJudge
 from consumers.node.server import HttpServer
-from consumers.node.view import NodeView
 from consumers.node.watch import watch_log
 from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
-from effectlog.errors import BackendUnavailable, EffectlogError
+from effectlog.codec import event_codec
+from effectlog.errors import EffectlogError
+from effectlog.judge.premises import known_fingerprints, worker_fingerprint
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.log.source import RecordSource
@@ -124,6 +124,9 @@ class Node:
         if s.http_port is not None:
             self.server = HttpServer(s.http_host, s.http_port)
         self.url = s.advertise or (self.server.url if self.server else "local:")
+        self.judge = PartitionJudge(self.gate, self.reader, self.url, api_log.identity(),
+                                    known_fingerprints(event_codec().writer_fingerprints),
+                                    self.fresh_ends)
         self.source, self.membership = self._assignment()
         self._open(self.source)
         if self.server is not None:
@@ -132,10 +135,11 @@ class Node:
         self.recovery = RecoveryConsumer(self.logs["work"], self.reader, ledger, s.recovery,
                                          metrics=self.metrics)
         if self.provider is not None:
-            view = NodeView(self.logs["work"], self.gate, self.reader)
-            self.reconciler = Reconciler(self.logs["work"], self.provider,
-                                         self._command_offsets(), s.reconciler, view=view,
-                                         metrics=self.metrics, partitions=self.gate.serving)
+            work = self.logs["work"]
+            judge = None if work.conditional else NodeJudge(self.judge, worker_fingerprint())
+            self.reconciler = Reconciler(work, self.provider, self._command_offsets(),
+                                         s.reconciler, judge=judge, metrics=self.metrics,
+                                         partitions=self.gate.serving)
         self._spawn("projector", self._stop_projector, self._project)
         if s.loops:
             self._spawn("recovery", self._stop, self.recovery.run)
@@ -184,6 +188,11 @@ class Node:
     def end_offsets(self) -> dict[int, int]:
         """The log's end offset per events partition (blocking)."""
         return self.logs["api"].end_offsets(EVENTS)
+
+    def fresh_ends(self) -> dict[int, int]:
+        """Where each events partition ends now, every acknowledged record included (past
+        an open transaction too): what a fresh read waits for (blocking)."""
+        return self.logs["api"].acknowledged_ends(EVENTS)
 
     def list_local(self, states: Sequence[str], before_ms: int | None, limit: int,
                    after: Cursor | None = None,
@@ -346,22 +355,11 @@ class Node:
         return closable
 
     def _lock_state_dir(self) -> None:
-        """One node per state directory: a second one is refused before it touches it."""
-        path = consumer_db_path(self.settings.state_dir, "node").with_suffix(".lock")
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle = path.open("a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise BackendUnavailable(f"state directory {self.settings.state_dir} is in use by "
-                                     f"another effectlog serve ({holder})") from None
-        handle.truncate(0)
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        self._lock_file = handle
+        """One node per state directory, and no rebuild under it: refused before it touches
+        the directory."""
+        from projections.rocksdb.layout import hold
+
+        self._lock_file = hold(self.settings.state_dir, "effectlog serve")
 
 
 class _Assignments:

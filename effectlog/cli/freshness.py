@@ -112,7 +112,7 @@ def _wait_for_other_projector(obj: CliContext, end: int) -> int:
     from projections import open_reader
 
     def applied() -> int:
-        reader = open_reader(obj.state_dir, families=("offsets",))
+        reader = open_reader(obj.state_dir, families=("state", "offsets"))
         try:
             return reader.next_offsets().get(0, 0)
         finally:

@@ -51,8 +51,10 @@ def _apply(worker: Any, request: dict[str, Any], number: int) -> EffectEvent:
     if "payload" in request:
         _check_payload(worker, key, payload)
     epoch = request.get("fencing_epoch")
-    if transition in (Transition.RESERVE, Transition.CLAIM):
+    if transition is Transition.RESERVE:
         return worker.reserve(key, epoch=epoch)  # type: ignore[no-any-return]
+    if transition is Transition.CLAIM:
+        return worker.claim(key, epoch=epoch)  # type: ignore[no-any-return]
     if transition is Transition.DISPATCH:
         return worker.dispatch(key, epoch=epoch)  # type: ignore[no-any-return]
     if transition is Transition.RECORD:
@@ -77,10 +79,12 @@ def _check_payload(worker: Any, key: str, payload: Any) -> None:
 
 @click.command()
 @click.option("--verify/--no-verify", default=True, show_default=True,
-              help="Read back each event to confirm it won under the log order.")
+              help="Print a line only once its event is known to be accepted. --no-verify is "
+                   "refused where that needs the judge (Kafka); on SQLite every append is "
+                   "conditional, accepted as written, so it changes nothing there.")
 @click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
-              help="Read key states through these serve instances (comma-separated; env "
-                   "EFFECTLOG_SERVER). Without it a Kafka log is read directly, a batch at a time.")
+              help="The judge: these serve instances (comma-separated; env EFFECTLOG_SERVER). "
+                   "Needed on Kafka, where the log has no compare-and-append.")
 @click.pass_obj
 def append(obj: CliContext, verify: bool, server: str | None) -> None:
     """Append transitions given as JSON lines on stdin; print one JSON line per event.
@@ -93,16 +97,19 @@ def append(obj: CliContext, verify: bool, server: str | None) -> None:
     \b
     Transitions:
       create          with payload (or payload_ref); repeated, prints the original
-      reserve         takes the next fencing epoch (or the one given)
-      claim           the same; from an open state past CREATED it takes the key over
+      reserve         takes the next fencing epoch (or the one given) to dispatch; a key
+                      already dispatched is in doubt (exit 3)
+      claim           takes the key over from any open state, keeping it (recovery's)
       dispatch        the provider call is about to start
       record          with outcome: succeeded or failed
       unknown         with error: whether the call took effect is not known
       await_approval  with error: park the effect for a person's decision
     The others take fencing_epoch from the key's current state when it is omitted.
 
-    Stops at the first line that fails; lines before it stay appended. On Kafka lines are
-    taken in batches (one read of the keys' states and one pipelined append per batch).
+    A line is printed once its event is accepted: by the conditional append on SQLite, by
+    the judge (--server) elsewhere. Stops at the first line that fails; lines before it stay
+    appended. Through the judge lines are taken in batches (one question about the keys'
+    states, one pipelined append, one question about the appended events per batch).
     Exit codes: 2 bad input, 3 conflict (payload mismatch, fenced, illegal transition),
     4 log down.
     """
@@ -115,10 +122,16 @@ def append(obj: CliContext, verify: bool, server: str | None) -> None:
                 log = obj.open_log(create=request["transition"].strip().lower() == "create")
                 log.verify()
                 lines = itertools.chain([(number, request)], _requests(after=number))
-                if log.indexed_keys and server is None:
-                    _append_line_by_line(log, lines, verify)
+                if log.conditional and server is None:
+                    _append_line_by_line(log, lines)
                 else:
-                    _append_in_batches(log, lines, verify, server, obj.timeout_s)
+                    if not verify:
+                        raise InvalidInput(f"--no-verify is refused on {log.url}: without "
+                                           "compare-and-append each line waits for the judge")
+                    if server is None:
+                        raise InvalidInput(f"append on {log.url} needs the judge: --server URL "
+                                           "(or EFFECTLOG_SERVER) of `effectlog serve`")
+                    _append_in_batches(log, lines, server, obj.timeout_s)
                 break
     finally:
         if log is not None:
@@ -147,14 +160,12 @@ def _emit(event: EffectEvent, position: Any) -> None:
     })
 
 
-def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]],
-                         verify: bool) -> None:
+def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]]) -> None:
     from effectlog.worker import Worker
 
     workers: dict[str, Worker] = {}
     for number, request in lines:
-        worker = workers.setdefault(request["worker_id"],
-                                    Worker(log, request["worker_id"], verify=verify))
+        worker = workers.setdefault(request["worker_id"], Worker(log, request["worker_id"]))
         worker.last_position = None
         try:
             event = _apply(worker, request, number)
@@ -165,16 +176,12 @@ def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]],
         sys.stdout.flush()
 
 
-def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], verify: bool,
-                       server: str | None, timeout_s: float) -> None:
+def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], server: str,
+                       timeout_s: float) -> None:
     from effectlog.cli.append_batch import BATCH_LINES, run_batch
+    from effectlog.judge.client import ClusterJudge
 
-    view = None
-    if server is not None:
-        from effectlog.client import ClusterView, StateClient
-
-        view = ClusterView(StateClient(server, timeout_s=timeout_s, retry_for_s=timeout_s),
-                           timeout_s=timeout_s)
+    judge = ClusterJudge(server, timeout_s=timeout_s, wait_s=timeout_s, retry_for_s=timeout_s)
     batch: list[tuple[int, dict[str, Any]]] = []
     try:
         source = iter(lines)
@@ -184,18 +191,18 @@ def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], ve
             except StopIteration:
                 break
             except EffectlogError:
-                run_batch(log, batch, view, _apply, verify, _emit)  # the lines before it
+                if batch:
+                    run_batch(log, batch, judge, _apply, _emit)  # the lines before it
                 raise
             batch.append(item)
             if len(batch) >= BATCH_LINES:
-                run_batch(log, batch, view, _apply, verify, _emit)
+                run_batch(log, batch, judge, _apply, _emit)
                 sys.stdout.flush()
                 batch = []
         if batch:
-            run_batch(log, batch, view, _apply, verify, _emit)
+            run_batch(log, batch, judge, _apply, _emit)
     finally:
-        if view is not None:
-            view.close()
+        judge.close()
 
 
 @click.command()

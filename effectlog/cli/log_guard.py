@@ -29,7 +29,7 @@ def projection_claims(state_dir: str) -> Claims:
         return {}
     from projections import open_reader
 
-    reader = open_reader(state_dir, families=("offsets", "metadata"))
+    reader = open_reader(state_dir, families=("state", "offsets", "metadata"))
     try:
         ids, nexts = reader.log_ids(), reader.next_offsets()
     finally:

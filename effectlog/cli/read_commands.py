@@ -51,7 +51,7 @@ def _fresh_reader(obj: CliContext, families: tuple[str, ...],
     (see :mod:`effectlog.cli.freshness`); ``catch_up=False`` reads it as it is."""
     if not catch_up:
         return _reader(obj, families)
-    reader = _reader(obj, tuple(dict.fromkeys((*families, "offsets"))))
+    reader = _reader(obj, tuple(dict.fromkeys((*families, "state", "offsets"))))
     if not reader.exists:
         return reader
     from effectlog.cli import freshness
@@ -237,7 +237,7 @@ def collect_stats(obj: CliContext, catch_up: bool = True) -> dict[str, Any]:
     log = obj.open_log()
     try:
         log.end_offsets(EVENTS)  # first: an unreachable log is named within --timeout
-        reader = _fresh_reader(obj, ("offsets", "metadata"), catch_up)
+        reader = _fresh_reader(obj, ("state", "offsets", "metadata"), catch_up)
         try:
             counts = reader.counts()
             nexts = reader.next_offsets()

@@ -20,6 +20,8 @@ from effectlog.errors import InvalidInput
 if TYPE_CHECKING:
     from consumers.policy import ApprovalPolicy
     from consumers.recovery import RecoverySettings
+    from effectlog.judge.query import Judge
+    from effectlog.log.base import EventLog
 
 
 def _seconds(text: str) -> float:
@@ -140,11 +142,18 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
               help="Kind (prefix) the policy may retry without approval. Repeatable.")
 @click.option("--allow-risky", multiple=True, metavar="KIND",
               help="Opt a payment*/browser* kind into --auto-retry explicitly.")
+@click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
+              help="The judge of its writes: serve instances (comma-separated; env "
+                   "EFFECTLOG_SERVER). Needed on Kafka, where the log has no compare-and-append.")
 @click.option("--json", "as_json", is_flag=True, help="Report as JSON lines.")
 @click.pass_obj
 def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | None,
-              auto_retry: tuple[str, ...], allow_risky: tuple[str, ...], as_json: bool) -> None:
-    """Consume reconciliation commands and settle each effect per the recovery table."""
+              auto_retry: tuple[str, ...], allow_risky: tuple[str, ...], server: str | None,
+              as_json: bool) -> None:
+    """Consume reconciliation commands and settle each effect per the recovery table.
+
+    Every write is judged before the provider is called again: on SQLite by the conditional
+    append, elsewhere by the judge of effectlog serve (--server)."""
     from consumers.bookkeeping import OffsetStore, consumer_db_path
     from consumers.providers import load_provider
     from consumers.reconciler import Reconciler, ReconcilerSettings
@@ -159,8 +168,9 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     except BaseException:
         log.close()
         raise
+    judge = _judge(log, server, obj.timeout_s)
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
-    reconciler = Reconciler(log, provider, offsets, settings)
+    reconciler = Reconciler(log, provider, offsets, settings, judge=judge)
     try:
         if not once:
             click.echo("effectlog reconcile: settling commands as they come until SIGTERM "
@@ -170,6 +180,8 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
         handled = reconciler.run_once()
     finally:
         offsets.close()
+        if judge is not None:
+            judge.close()
         log.close()
     for item in handled:
         row = {"idempotency_key": item.key, "action": item.action.value, "reason": item.reason,
@@ -188,19 +200,27 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
                                                              case_sensitive=False))
 @click.option("--by", "by", required=True, help="Who decides (recorded in the history).")
 @click.option("--reason", required=True, help="Why (recorded in the history).")
+@click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
+              help="The judge of the decision: serve instances (comma-separated; env "
+                   "EFFECTLOG_SERVER). Needed on Kafka, where the log has no compare-and-append.")
 @click.option("--json", "as_json", is_flag=True, help="Print the APPROVE event as JSON.")
 @click.pass_obj
-def approve(obj: CliContext, key: str, decision: str, by: str, reason: str, as_json: bool) -> None:
+def approve(obj: CliContext, key: str, decision: str, by: str, reason: str,
+            server: str | None, as_json: bool) -> None:
     """Decide on an effect in UNKNOWN or AWAITING_APPROVAL: retry (same key) or abandon."""
     from consumers.approvals import approve as append_decision
     from effectlog.keys import validate_key
 
     validate_key(key)
     log = obj.open_log()
+    judge = None
     try:
         log.verify()
-        event = append_decision(log, key, decision, by, reason)
+        judge = _judge(log, server, obj.timeout_s)
+        event = append_decision(log, key, decision, by, reason, judge=judge)
     finally:
+        if judge is not None:
+            judge.close()
         log.close()
     if as_json:
         emit_json(event.to_json())
@@ -209,6 +229,19 @@ def approve(obj: CliContext, key: str, decision: str, by: str, reason: str, as_j
 
         click.echo(printable(f"{key}: {decision.upper()} by {by} -> {event.state.value} "
                              f"(epoch {event.fencing_epoch})"))
+
+
+def _judge(log: EventLog, server: str | None, timeout_s: float) -> Judge | None:
+    """The judge of a command's writes: ``server``'s, or None where the log has
+    compare-and-append; a log without it and no server is refused with one line (exit 2)."""
+    if server is None:
+        if log.conditional:
+            return None
+        raise InvalidInput(f"on {log.url} writes are judged by `effectlog serve`: pass --server "
+                           "URL (or set EFFECTLOG_SERVER)")
+    from effectlog.judge.client import ClusterJudge
+
+    return ClusterJudge(server, timeout_s=timeout_s, wait_s=timeout_s, retry_for_s=timeout_s)
 
 
 @click.group("fake-provider")

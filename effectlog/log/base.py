@@ -8,7 +8,7 @@ the log order per key is total.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -103,23 +103,6 @@ class EventLog(ABC):
         """
         return self.append_many(topic, items)
 
-    def untouched(self, topic: str, key: str, start: int, end: int,
-                  own: Collection[int] = ()) -> bool:
-        """True when provably no record of ``key`` sits at offsets ``[start, end)`` of its
-        partition but those at ``own``; False when one does or the log cannot tell cheaply.
-
-        A writer uses it to judge its own append without a read: nothing of the key came in
-        between the state it built on and its records. ``end`` must not lie past the
-        partition's end. Backends with indexed keys answer from the key's records; Kafka
-        from its own delivery reports when it wrote the whole range
-        (:mod:`effectlog.log.kafka.written`), else from a tail of the topic's recent keys
-        (:mod:`effectlog.log.kafka.tail`).
-        """
-        if not self.indexed_keys:
-            return False
-        return not any(start <= r.offset < end and r.offset not in own
-                       for r in self.read_key(topic, key))
-
     @abstractmethod
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:
@@ -151,6 +134,12 @@ class EventLog(ABC):
                     return
                 yield record
             offset = records[-1].offset + 1
+
+    def acknowledged_ends(self, topic: str) -> dict[int, int]:
+        """Where each partition ends counting every acknowledged record, those after an open
+        transaction too (Kafka's high watermark, where :meth:`end_offsets` is the last stable
+        offset a ``read_committed`` reader stops at): what a fresh read must have applied."""
+        return self.end_offsets(topic)
 
     def partition_end(self, topic: str, partition: int) -> int:
         """The end offset of one partition (backends may ask for just that one)."""

@@ -1,8 +1,7 @@
 """The async shell: :class:`AsyncWorker` answers the core's requests without blocking the loop.
 
-Log reads and appends (disk or network, through the synchronous :class:`EventLog` port) run
-on a small thread pool the worker owns; a sync state view runs there too, while an
-:class:`~effectlog.view.AsyncStateView` (an async HTTP client, say) is awaited natively.
+Log reads and appends (disk or network, through the synchronous :class:`EventLog` port) and
+questions to the judge run on a small thread pool the worker owns.
 """
 
 from __future__ import annotations
@@ -13,33 +12,20 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from effectlog.codec import Codec
 from effectlog.log.base import EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
-from effectlog.view import (
-    AS_IS,
-    AsyncStateView,
-    LogView,
-    StateView,
-    as_async_view,
-    decode_events,
-    seen_by_async,
-)
+from effectlog.view import decode_events
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
-from effectlog.worker.core import WorkerCore, default_worker_id
-from effectlog.worker.requests import (
-    Accepted,
-    Current,
-    CurrentAndEnd,
-    PartitionEnd,
-    Request,
-    Steps,
-)
+from effectlog.worker.requests import Ask, Request, Steps
 from effectlog.worker.sync import answer_log
-from effectlog.worker.views import default_view
+
+if TYPE_CHECKING:
+    from effectlog.judge.query import Judge
 
 R = TypeVar("R")
 T = Transition
@@ -48,32 +34,25 @@ T = Transition
 class AsyncWorker(WorkerBase):
     """Writes effect transitions for one worker identity from asyncio.
 
-    The same semantics as :class:`~effectlog.worker.Worker` (one core): ``perform`` and
-    ``effect`` for ``async def`` and plain callables, :class:`EffectInDoubt`, fencing,
-    payload binding and the single transitions, each awaited. ``threads`` bounds the pool
-    that runs the log's blocking calls (default: ``log.concurrent_appends``, 1 on SQLite,
-    whose appends share one connection, 8 on Kafka, whose appends wait on the network).
-    Close it with ``await worker.aclose()`` or ``async with AsyncWorker(log, "w1") as worker:``;
-    the log stays open (it is the caller's).
+    The same semantics as :class:`~effectlog.worker.Worker` (one core, the same judge or
+    conditional appends): ``perform`` and ``effect`` for ``async def`` and plain callables,
+    :class:`EffectInDoubt`, fencing, payload binding and the single transitions, each
+    awaited. ``threads`` bounds the pool that runs the log's blocking calls and the judge's
+    questions (default: ``log.concurrent_appends``, 1 on SQLite, whose appends share one
+    connection, 8 on Kafka, whose appends wait on the network). Close it with
+    ``await worker.aclose()`` or ``async with AsyncWorker(log, "w1") as worker:``; the log
+    stays open (it is the caller's).
     """
 
     def __init__(self, log: EventLog, worker_id: str | None = None, *,
-                 view: StateView | AsyncStateView | None = None,
-                 server: str | Sequence[str] | None = None, verify: bool = True,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 accept_timeout_s: float = 10.0, threads: int | None = None) -> None:
-        self.log = log
-        if view is None:
-            view = default_view(log, server)  # on Kafka: the cluster's query API
+                 judge: Judge | None = None, server: str | Sequence[str] | None = None,
+                 verify: bool = True, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 accept_timeout_s: float = 10.0, threads: int | None = None,
+                 codec: Codec | None = None) -> None:
+        self._setup(log, worker_id or "", judge, server, verify, max_payload_bytes,
+                    accept_timeout_s, codec)
         self._pool = ThreadPoolExecutor(max_workers=threads or log.concurrent_appends,
                                         thread_name_prefix="effectlog-aio")
-        self._log_view = LogView(log)
-        self.view: AsyncStateView = as_async_view(
-            self._log_view if view is None else view, self._pool)
-        self._core = WorkerCore(worker_id or default_worker_id(),
-                                atomic=view is None and log.conditional, verify=verify,
-                                max_payload_bytes=max_payload_bytes,
-                                accept_timeout_s=accept_timeout_s)
         self._pacer = Pacer()
 
     async def __aenter__(self) -> AsyncWorker:
@@ -83,8 +62,10 @@ class AsyncWorker(WorkerBase):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the worker's threads once their calls are done (without blocking the loop)."""
+        """Stop the worker's threads once their calls are done (without blocking the loop),
+        and close the judge it opened."""
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
+        await asyncio.to_thread(self._close_judge)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -103,6 +84,10 @@ class AsyncWorker(WorkerBase):
         """Create the effect, or return the existing one when key and payload match."""
         return await self._run(self._core.create(operation_id, kind, target, payload,
                                                  payload_ref))
+
+    async def claim(self, key: str, *, epoch: int | None = None) -> EffectEvent:
+        """Take the key over with a new fencing epoch from any open state (recovery's)."""
+        return await self._run(self._core.claim(key, epoch))
 
     async def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
         """Take ownership with a new fencing epoch (RESERVE from CREATED, else CLAIM)."""
@@ -207,16 +192,11 @@ class AsyncWorker(WorkerBase):
                 reply, error = None, exc
 
     async def _answer(self, request: Request[Any]) -> Any:
-        if isinstance(request, Current):
-            return await seen_by_async(self.view, request.key, request.since)
-        if isinstance(request, CurrentAndEnd):  # the read and the ListOffsets at once
-            seen, end = await asyncio.gather(
-                seen_by_async(self.view, request.key, AS_IS),
-                self._off(answer_log, self.log, self._log_view, PartitionEnd(request.key)))
-            return seen, end
-        if isinstance(request, Accepted):
-            return await self.view.accepted(request.event, request.position, request.timeout)
-        return await self._off(answer_log, self.log, self._log_view, request)
+        if isinstance(request, Ask):
+            judge = self.judge
+            assert judge is not None
+            return (await self._off(judge.ask, [request.query]))[0]
+        return await self._off(answer_log, self.log, request)
 
     async def _off(self, fn: Callable[..., R], *args: Any) -> R:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

@@ -1,11 +1,13 @@
-"""The worker's I/O-free core: what to append next, whether a claim won, what a record means.
+"""The worker's I/O-free core: what to write next, and what a refused write means.
 
-Every operation is a generator in the sans-I/O style: it yields the reads and appends it needs
-as small request objects and is sent their answers. The sync shell
-(:class:`~effectlog.worker.Worker`) answers them in the calling thread, the async shell
-(:class:`~effectlog.worker.AsyncWorker`) off the event loop, so the judging is written once.
-A worker never calls a provider before its DISPATCHED event is durable and accepted, and never
-turns a timeout or crash into FAILED: what it cannot confirm becomes UNKNOWN.
+Every operation is a generator in the sans-I/O style: it yields the reads, appends and
+questions it needs as small request objects and is sent their answers, so the sync shell
+(:class:`~effectlog.worker.Worker`) and the async one (:class:`~effectlog.worker.AsyncWorker`)
+share it. How a key's state is learned and a write is judged is the write strategy's
+(:mod:`.writes`): a write returns only once accepted, and :meth:`WorkerCore.begin` returns a
+DISPATCHED event only when the judge accepted this worker's own DISPATCH, which is when the
+provider may be called. A timeout or crash never becomes FAILED: what a worker cannot confirm
+is UNKNOWN, and an effect found in doubt raises :class:`EffectInDoubt`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from effectlog.codec import event_codec
+from effectlog.codec import Codec, event_codec
 from effectlog.errors import (
     BackendUnavailable,
     Conflict,
@@ -27,31 +29,14 @@ from effectlog.errors import (
     NotFound,
 )
 from effectlog.log.base import Position
-from effectlog.machine import (
-    CLAIMING,
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    advance,
-    check,
-    new_effect,
-)
+from effectlog.machine import CLAIMING, DEFAULT_MAX_PAYLOAD_BYTES, advance, check_binding, new_effect
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
 from effectlog.text import check_free_text
-from effectlog.view import Seen
-from effectlog.worker.knowledge import KeyKnowledge
-from effectlog.worker.requests import (
-    Accepted,
-    Append,
-    AppendAfter,
-    Current,
-    Request,
-    Steps,
-    Untouched,
-    ask,
-)
+from effectlog.worker.requests import Steps
+from effectlog.worker.writes import Refused, Writes
 
 logger = logging.getLogger("effectlog.worker")
 
-R = TypeVar("R")
 T = Transition
 MAX_WORKER_ID = 200
 RACE_RETRIES = 5
@@ -88,44 +73,24 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-# -- the core ----------------------------------------------------------------------------
+class WorkerCore:
+    """Transitions and bookkeeping for one worker identity, over one write strategy."""
 
-class WorkerCore(KeyKnowledge):
-    """Judging and bookkeeping for one worker identity.
-
-    ``atomic``: the shell reads through its own log view on a backend with compare-and-append,
-    so each append is conditional on the key's last record and accepted by construction (no
-    read-back). Otherwise appends are plain and judged after they land (``verify``).
-    """
-
-    def __init__(self, worker_id: str, *, atomic: bool, verify: bool = True,
+    def __init__(self, worker_id: str, writes: Writes, *,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 accept_timeout_s: float = 10.0) -> None:
-        super().__init__(atomic=atomic, verify=verify)
+                 codec: Codec | None = None) -> None:
         self.worker_id = check_free_text("worker_id", worker_id, max_chars=MAX_WORKER_ID)
+        self.writes = writes
         self.max_payload_bytes = max_payload_bytes
-        self.accept_timeout_s = accept_timeout_s
         self.claimed: dict[str, int] = {}
         self.last_position: Position | None = None
-        self._codec = event_codec()
+        self._codec = codec or event_codec()
 
-    # -- writes on what is known ---------------------------------------------------------
+    # -- reads ---------------------------------------------------------------------------
 
-    def _judged(self, key: str, build: Callable[[EffectEvent], EffectEvent]) -> Steps[EffectEvent]:
-        """Write ``build(state)`` on the key's state; built on an unconfirmed state and
-        refused (by the rules here or by the log), it is judged again on the current state,
-        so it meets the refusal (or the success) a read first would have given."""
-        current, unconfirmed = yield from self._writable(key)
-        if unconfirmed:
-            try:
-                if current is not None:
-                    return (yield from self.write(build(current)))
-            except (IllegalTransition, Fenced):
-                pass
-            current = yield from self.load(key, fresh=True)
-        if current is None:
-            raise NotFound(f"no effect with key {key}")
-        return (yield from self.write(build(current)))
+    def load(self, key: str, fresh: bool = False) -> Steps[EffectEvent | None]:
+        """The key's state (``fresh``: as the log has it now)."""
+        return (yield from self.writes.state(key, fresh)).event
 
     # -- transitions ---------------------------------------------------------------------
 
@@ -136,21 +101,43 @@ class WorkerCore(KeyKnowledge):
 
     def create(self, operation_id: str, kind: str, target: str, payload: Any,
                payload_ref: str | None) -> Steps[EffectEvent]:
+        """Create the effect, or find it (same key and payload; else PayloadMismatch)."""
         event = self.new_effect(operation_id, kind, target, payload, payload_ref)
-        existing, unconfirmed = yield from self._existing_to_write_on(event)
-        if existing is not None and unconfirmed and existing.state not in FINISHED:
-            existing = yield from self.existing(event, fresh=True)  # answered as it is now
+        key = event.idempotency_key
+        known = yield from self.writes.state(key)
+        existing = known.event
         if existing is None:
             try:
-                return (yield from self.write(event))
-            except (IllegalTransition, Fenced):
-                # Another delivery created the key at the same moment: judge against it.
-                existing = yield from self.existing(event, fresh=True)
+                yield from self._write(event)
+                return event
+            except Refused as lost:  # another delivery created it at the same moment
+                existing = lost.current
                 if existing is None:
-                    raise
+                    raise Fenced(f"CREATE of {key} was refused ({lost.reason})",
+                                 "lost_race") from None
+        elif not known.confirmed and existing.state not in FINISHED:
+            existing = (yield from self.writes.state(key, fresh=True)).event or existing
+        check_binding(existing, event)
         return existing
 
     def reserve(self, key: str, epoch: int | None) -> Steps[EffectEvent]:
+        """Own the key to dispatch it: RESERVE from CREATED, CLAIM from RESERVED (a worker
+        that reserved and died before dispatching). A key already dispatched is in doubt:
+        taking it over is recovery's (:meth:`claim`), never a worker's way to dispatch again."""
+        def reserve(current: EffectEvent) -> EffectEvent:
+            if current.state in FINISHED:
+                raise IllegalTransition(f"{key} is {current.state.value}: finished")
+            if current.state not in OPEN_FOR_DISPATCH:
+                raise EffectInDoubt(current)
+            transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
+            return advance(current, transition, self.worker_id, epoch=epoch)
+
+        return (yield from self._judged(key, reserve))
+
+    def claim(self, key: str, epoch: int | None) -> Steps[EffectEvent]:
+        """Take the key over with a new epoch from any open state, keeping the state: how
+        recovery (or an operator) fences out whoever held it before acting on an effect in
+        doubt."""
         def claim(current: EffectEvent) -> EffectEvent:
             transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
             return advance(current, transition, self.worker_id, epoch=epoch)
@@ -159,9 +146,8 @@ class WorkerCore(KeyKnowledge):
 
     def step(self, key: str, transition: Transition, epoch: int | None, *,
              outcome: Outcome | None = None, error: str | None = None) -> Steps[EffectEvent]:
-        """DISPATCH, RECORD, UNKNOWN or AWAIT_APPROVAL with this worker's epoch (built on
-        this worker's own last write with no read first, see :meth:`_writable`: the RECORD
-        after a provider call needs no ListOffsets)."""
+        """DISPATCH, RECORD, UNKNOWN or AWAIT_APPROVAL with this worker's epoch (built on its
+        own accepted write when it has one: the RECORD after a provider call reads nothing)."""
         return (yield from self._judged(key, lambda current: advance(
             current, transition, self.worker_id, outcome=outcome, error=error,
             epoch=self.epoch(key, current, epoch))))
@@ -186,65 +172,103 @@ class WorkerCore(KeyKnowledge):
 
     def begin(self, operation_id: str, kind: str, target: str, payload: Any,
               payload_ref: str | None) -> Steps[tuple[EffectEvent, bool]]:
-        """Create (or find), claim and dispatch the effect in one durable append.
+        """Create (or find), claim and dispatch the effect in one append.
 
-        Returns the DISPATCHED event, or the finished record with ``done``. The three events
-        are still three transitions in the log; writing them together makes DISPATCHED
-        durable before the call at the cost of one write, not three. The append need not be
-        all or none (on Kafka it is one ordered produce, no transaction): the log's judge
-        accepts or refuses each event on its own, and the call is made only when this
-        worker's DISPATCH was accepted, which it can be only on this worker's own claim.
-        A prefix left by a crash is what a crash between two separate appends leaves.
+        Returns the accepted DISPATCHED event (the provider may now be called), or the
+        finished record with ``done``. CREATE, RESERVE and DISPATCH are three events written
+        together: the judge accepts or refuses each on its own, and the call is made only
+        when it accepted this worker's DISPATCH, which it can only on this worker's claim. A
+        prefix left by a crash is what a crash between two separate appends leaves.
         """
         created = self.new_effect(operation_id, kind, target, payload, payload_ref)
-        for attempt in range(RACE_RETRIES):
-            existing, unconfirmed = yield from self._existing_to_write_on(created, attempt > 0)
-            head = created if existing is None else existing
-            if head.state in FINISHED:
-                return head, True
-            if head.state not in OPEN_FOR_DISPATCH:
-                if unconfirmed:
-                    continue  # a state left to recovery is refused on the current state only
-                raise EffectInDoubt(head)
-            claim = advance(head, T.RESERVE if head.state is State.CREATED else T.CLAIM,
+        key = created.idempotency_key
+        head = (yield from self.writes.state(key)).event
+        current = False  # head is the key as of now (a fresh read, or the judge's answer)
+        for _ in range(RACE_RETRIES):
+            if head is not None:
+                check_binding(head, created)
+                if head.state in FINISHED:
+                    return head, True
+                if head.state not in OPEN_FOR_DISPATCH:
+                    if not current:  # in doubt is said of the current state only
+                        head, current = (yield from self.writes.state(key, fresh=True)).event, True
+                        continue
+                    raise EffectInDoubt(head)
+            start = created if head is None else head
+            claim = advance(start, T.RESERVE if start.state is State.CREATED else T.CLAIM,
                             self.worker_id)
             dispatched = advance(claim, T.DISPATCH, self.worker_id)
+            group = (created, claim, dispatched) if head is None else (claim, dispatched)
             try:
-                group = (created, claim, dispatched) if existing is None else (claim, dispatched)
-                yield from self.write(*group, atomic=False)
-            except (IllegalTransition, Fenced):
-                continue  # another writer moved the key in between: judge again
+                yield from self._write(*group, atomic=False)
+            except Refused as lost:  # another writer moved the key in between: judge again
+                head, current = lost.current, True
+                continue
             return dispatched, False
-        raise Fenced(f"dispatch of {created.idempotency_key} kept losing to concurrent writers",
-                     "lost_race")
+        raise Fenced(f"dispatch of {key} kept losing to concurrent writers", "lost_race")
 
-    def write(self, *events: EffectEvent, atomic: bool = True) -> Steps[EffectEvent]:
-        """Append already-checked events of one key, in order, as one durable append
-        (all or none unless ``atomic`` is False; a conditional append always is)."""
+    def write(self, *events: EffectEvent) -> Steps[EffectEvent]:
+        """Append already-checked events of one key as one append, all or none; raises
+        :class:`Fenced` unless every one of them is accepted."""
+        try:
+            yield from self._write(*events)
+        except Refused as lost:
+            winner = lost.current
+            owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
+            raise Fenced(f"{events[-1].transition.value} on {lost.key} lost to a concurrent "
+                         f"writer{owner}: {lost.reason}", "lost_race") from None
+        return events[-1]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _judged(self, key: str, build: Callable[[EffectEvent], EffectEvent]) -> Steps[EffectEvent]:
+        """Write ``build(state)`` on the key's state until it is accepted. A write refused,
+        or one the rules refuse on a state that may be behind the log, is built again on the
+        key's current state, so it meets the refusal (or the success) a read first would
+        have given."""
+        known = yield from self.writes.state(key)
+        current, confirmed = known.event, known.confirmed
+        for _ in range(RACE_RETRIES):
+            if current is None:
+                if not confirmed:
+                    current, confirmed = (yield from self.writes.state(key, fresh=True))
+                    continue
+                raise NotFound(f"no effect with key {key}")
+            try:
+                event = build(current)
+            except Conflict:
+                if confirmed:
+                    raise
+                current, confirmed = (yield from self.writes.state(key, fresh=True))
+                continue
+            try:
+                yield from self._write(event)
+            except Refused as lost:
+                current, confirmed = lost.current, True
+                continue
+            return event
+        raise Fenced(f"a write of {key} kept losing to concurrent writers", "lost_race")
+
+    def _write(self, *events: EffectEvent, atomic: bool = True) -> Steps[list[Position]]:
+        """Append events of one key through the strategy; returns once all are accepted."""
         key = events[0].idempotency_key
         if any(e.idempotency_key != key for e in events):
             raise InvalidInput("one write carries the events of one key")
         data = tuple(self._codec.encode(e.to_record()) for e in events)
-        if self.atomic:
-            return (yield from self._write_atomic(events, data))
-        positions = yield from self._appended(key, Append(key, data, atomic))
-        last = events[-1]
-        follows = yield from self._follows(key, events, positions)
-        if self.verify and not follows and not (
-                yield from ask(Accepted(last, positions[-1], self.accept_timeout_s))):
-            self.forget(key)
-            winner = (yield from ask(Current(key))).event
-            owner = f" (now epoch {winner.fencing_epoch}, owner {winner.worker_id})" if winner else ""
-            raise Fenced(f"{last.transition.value} on {key} lost to a concurrent writer{owner}",
-                         "lost_race")
-        self._accepted(events, positions)
-        if (follows or self.verify) and positions[-1].offset >= 0:
-            self._set_basis(key, Seen(last, positions[-1].offset + 1))
-        else:
-            self.basis.pop(key, None)  # unchecked, or planned (no offset yet): read next time
-        return last
-
-    # -- bookkeeping ---------------------------------------------------------------------
+        try:
+            positions = yield from self.writes.write(key, events, data, atomic)
+        except BackendUnavailable:
+            # An append that timed out may still have been written: nothing remembered of
+            # the key is trusted again; the next call reads it afresh.
+            self.writes.forget(key)
+            raise
+        for event, position in zip(events, positions, strict=True):
+            self.last_position = position
+            if event.transition in CLAIMING:
+                self.claimed[key] = event.fencing_epoch
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("accepted %s %s at %s", event.transition.value, key, position)
+        return positions
 
     def epoch(self, key: str, current: EffectEvent, epoch: int | None) -> int:
         """The epoch this worker writes with: explicit, else the one it claimed, else current.
@@ -255,58 +279,3 @@ class WorkerCore(KeyKnowledge):
         if epoch is not None:
             return epoch
         return self.claimed.get(key, current.fencing_epoch)
-
-    def _appended(self, key: str, request: Request[R]) -> Steps[R]:
-        try:
-            return (yield from ask(request))
-        except BackendUnavailable:
-            # An append that timed out may still have been written: nothing remembered of
-            # the key is trusted again; the next call reads it afresh.
-            self.forget(key)
-            raise
-
-    def _follows(self, key: str, events: tuple[EffectEvent, ...],
-                 positions: list[Position]) -> Steps[bool]:
-        """True when the append provably follows the state it was built on, so it is
-        accepted without asking: the projector's own rules accept its events in turn from
-        the basis snapshot, and no other record of the key sits between everything the basis
-        covered and them (they sit right after it, or the log proves it)."""
-        basis = self.basis.get(key)
-        if basis is None or basis.through is None or positions[0].offset < basis.through:
-            return False
-        state = basis.event
-        for event in events:
-            try:
-                check(state, event)
-            except Conflict:
-                return False
-            state = event
-        through = basis.through
-        if all(p.offset == through + i for i, p in enumerate(positions)):
-            return True
-        own = frozenset(p.offset for p in positions)
-        return (yield from ask(Untouched(key, through, positions[-1].offset + 1, own)))
-
-    def _write_atomic(self, events: tuple[EffectEvent, ...],
-                      data: tuple[bytes, ...]) -> Steps[EffectEvent]:
-        key = events[0].idempotency_key
-        for _ in range(RACE_RETRIES):
-            last_offset = self.known.get(key, (None, None))[1]
-            positions = yield from self._appended(key, AppendAfter(key, data, last_offset))
-            if positions is not None:
-                self.remember(key, events[-1], positions[-1].offset)
-                self._accepted(events, positions)
-                return events[-1]
-            fresh = yield from self.load(key, fresh=True)  # someone wrote in between: judge again
-            check(fresh, events[0])
-        raise Fenced(f"{events[0].transition.value} on {key} kept losing to concurrent writers",
-                     "lost_race")
-
-    def _accepted(self, events: tuple[EffectEvent, ...], positions: list[Position]) -> None:
-        for event, position in zip(events, positions, strict=True):
-            self.last_position = position
-            if event.transition in CLAIMING:
-                self.claimed[event.idempotency_key] = event.fencing_epoch
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("appended %s %s at %s", event.transition.value,
-                             event.idempotency_key, position)

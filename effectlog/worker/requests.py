@@ -1,5 +1,5 @@
-"""The requests the worker's core yields and its shells answer: reads of the state view
-and appends to the log, each typed by its answer."""
+"""The requests the worker's write strategies yield and its shells answer, each typed by its
+answer: reads and appends of the log, and questions to the judge."""
 
 from __future__ import annotations
 
@@ -7,75 +7,41 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
+from effectlog.judge.query import Answer, Query
 from effectlog.log.base import Position
 from effectlog.model import EffectEvent
-from effectlog.view import Seen
 
 R = TypeVar("R")
 
 
 class Request(Generic[R]):
-    """One I/O step the core asks its shell to perform; ``R`` is the answer's type."""
+    """One I/O step a strategy asks its shell to perform; ``R`` is the answer's type."""
 
     __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
-class Current(Request[Seen]):
-    """The state view's snapshot of ``key`` (and how far it reaches, if known), once the
-    view has applied offset ``since`` of the key's partition (None: the log end now;
-    :data:`~effectlog.view.AS_IS`: no wait)."""
-
-    key: str
-    since: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentAndEnd(Request["tuple[Seen, int]"]):
-    """The state view's snapshot of ``key`` as it stands (no wait), and the end offset of the
-    key's partition asked at the same time (the two round trips overlap where they can)."""
+class Fold(Request[tuple[EffectEvent | None, int | None]]):
+    """The key's state folded from the log with the projector's rules, and the offset of its
+    last record (on logs with indexed keys: SQLite, memory)."""
 
     key: str
 
 
 @dataclass(frozen=True, slots=True)
-class Accepted(Request[bool]):
-    """The state view's verdict: was ``event``, appended at ``position``, accepted?"""
-
-    event: EffectEvent
-    position: Position
-    timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentAt(Request["tuple[EffectEvent | None, int | None]"]):
-    """The key's snapshot folded from the log, with the offset of its last record."""
+class AppendAfter(Request[list[Position] | None]):
+    """Append, all or none, only if the key's last record is at ``last_offset`` (None: it
+    has none); None when another record of the key came in between."""
 
     key: str
+    data: tuple[bytes, ...]
+    last_offset: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionEnd(Request[int]):
-    """The next offset to be written to ``key``'s partition (one ListOffsets on Kafka)."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Untouched(Request[bool]):
-    """Whether provably no record of ``key`` but those at offsets ``own`` sits at offsets
-    ``[start, end)`` of its partition (False: one does, or the log cannot tell)."""
-
-    key: str
-    start: int
-    end: int
-    own: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Append(Request["list[Position]"]):
-    """Durably append the encoded events of ``key`` as one append: all or none when
-    ``atomic``, else in order (a failed append may have written some of them)."""
+class Append(Request[list[Position]]):
+    """Durably append the encoded events of ``key``: all or none when ``atomic``, else in
+    order (a failed append may have written some of them)."""
 
     key: str
     data: tuple[bytes, ...]
@@ -83,12 +49,15 @@ class Append(Request["list[Position]"]):
 
 
 @dataclass(frozen=True, slots=True)
-class AppendAfter(Request["list[Position] | None"]):
-    """Append, all or none, only if the key's last record is at ``last_offset``."""
+class Ask(Request[Answer]):
+    """The judge's answer to ``query`` (not yet checked: the strategy checks it)."""
 
-    key: str
-    data: tuple[bytes, ...]
-    last_offset: int | None
+    query: Query
+
+
+@dataclass(frozen=True, slots=True)
+class Identity(Request[str | None]):
+    """The identity of the log the worker writes to (the events topic's ID on Kafka)."""
 
 
 Steps: TypeAlias = Generator[Request[Any], Any, R]

@@ -2,92 +2,48 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from effectlog.codec import Codec
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed
-from effectlog.view import AS_IS, LogView, Seen, StateView, decode_events, seen_by
+from effectlog.view import LogView, decode_events
 from effectlog.worker.base import UNRECORDED, CallBase, WorkerBase, failed_result, unknown_reason
-from effectlog.worker.core import WorkerCore, default_worker_id
 from effectlog.worker.requests import (
-    Accepted,
     Append,
     AppendAfter,
-    Current,
-    CurrentAndEnd,
-    CurrentAt,
-    PartitionEnd,
+    Ask,
+    Fold,
+    Identity,
     Request,
     Steps,
-    Untouched,
 )
-from effectlog.worker.views import default_view
+
+if TYPE_CHECKING:
+    from effectlog.judge.query import Judge
 
 R = TypeVar("R")
 T = Transition
 
 
-def answer_log(log: EventLog, log_view: LogView, request: Request[Any]) -> Any:
+def answer_log(log: EventLog, request: Request[Any]) -> Any:
     """Answer a request that reads or appends the log itself (blocking)."""
-    if isinstance(request, AppendAfter):
-        return log.append_after(EVENTS, request.key, request.data, request.last_offset)
-    if isinstance(request, PartitionEnd):
-        return log.partition_end(EVENTS, log.partition_for(EVENTS, request.key))
-    if isinstance(request, Untouched):
-        return log.untouched(EVENTS, request.key, request.start, request.end, request.own)
-    if isinstance(request, CurrentAt):
-        return log_view.current_at(request.key)
     if isinstance(request, Append):
         if len(request.data) == 1:
             return [log.append(EVENTS, request.key, request.data[0])]
         items = [(request.key, d) for d in request.data]
         return log.append_many(EVENTS, items) if request.atomic else log.append_ordered(EVENTS, items)
+    if isinstance(request, AppendAfter):
+        return log.append_after(EVENTS, request.key, request.data, request.last_offset)
+    if isinstance(request, Fold):
+        return LogView(log).current_at(request.key)
+    if isinstance(request, Identity):
+        return log.identity()
     raise TypeError(f"not a log request: {request!r}")
-
-
-class Overlapped:
-    """A call made at most once, while another request is in flight; its error is kept
-    for :meth:`result` (``run`` never raises)."""
-
-    def __init__(self, fn: Callable[[], R]) -> None:
-        self._fn: Callable[[], Any] = fn
-        self._ran = False
-        self._value: Any = None
-        self._error: Exception | None = None
-
-    def run(self) -> None:
-        if self._ran:
-            return
-        self._ran = True
-        try:
-            self._value = self._fn()
-        except Exception as exc:  # handed to the caller by result()
-            self._error = exc
-
-    def result(self) -> Any:
-        self.run()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def seen_with_end(view: StateView, log: EventLog, key: str) -> tuple[Seen, int]:
-    """The view's snapshot of ``key`` as it stands and the end of its partition: the
-    ListOffsets runs while the read is in flight where the view allows it (``seen_during``),
-    else first (and an empty partition is not read)."""
-    end = Overlapped(functools.partial(log.partition_end, EVENTS,
-                                       log.partition_for(EVENTS, key)))
-    during = getattr(view, "seen_during", None)
-    if during is None:
-        at = int(end.result())
-        return (Seen(None, 0) if at == 0 else seen_by(view, key, AS_IS)), at
-    seen: Seen = during(key, AS_IS, end.run)
-    return seen, int(end.result())
 
 
 def drive(steps: Steps[R], answer: Callable[[Request[Any]], Any]) -> R:
@@ -110,25 +66,30 @@ def drive(steps: Steps[R], answer: Callable[[Request[Any]], Any]) -> R:
 class Worker(WorkerBase):
     """Writes effect transitions for one worker identity, blocking the calling thread.
 
-    ``view`` supplies current state and read-your-writes. By default a worker folds keys
-    from the log itself on SQLite and memory, and on Kafka reads through the projection
-    cluster's query API (``server``, a URL or several, else ``$EFFECTLOG_SERVER``; see
-    :func:`effectlog.worker.views.default_view`).
+    On a log with compare-and-append (SQLite, memory) each append is conditional on the
+    key's last record, folded from the log: accepted as it is written. Elsewhere (Kafka) the
+    judge of ``effectlog serve`` says whether each write was accepted: ``judge`` (a
+    :class:`~effectlog.judge.client.ClusterJudge` the workers of a process share), or
+    ``server`` (URLs; else ``$EFFECTLOG_SERVER``). ``accept_timeout_s`` bounds the wait for a
+    verdict. ``close()`` closes a judge the worker opened from ``server``.
     """
 
     def __init__(self, log: EventLog, worker_id: str | None = None, *,
-                 view: StateView | None = None, server: str | Sequence[str] | None = None,
+                 judge: Judge | None = None, server: str | Sequence[str] | None = None,
                  verify: bool = True, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 accept_timeout_s: float = 10.0) -> None:
-        self.log = log
-        self._log_view = LogView(log)
-        if view is None:
-            view = default_view(log, server)
-        self.view: StateView = self._log_view if view is None else view
-        self._core = WorkerCore(worker_id or default_worker_id(),
-                                atomic=view is None and log.conditional, verify=verify,
-                                max_payload_bytes=max_payload_bytes,
-                                accept_timeout_s=accept_timeout_s)
+                 accept_timeout_s: float = 10.0, codec: Codec | None = None) -> None:
+        self._setup(log, worker_id or "", judge, server, verify, max_payload_bytes,
+                    accept_timeout_s, codec)
+
+    def close(self) -> None:
+        """Close the judge this worker opened (the log stays open: it is the caller's)."""
+        self._close_judge()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -150,11 +111,17 @@ class Worker(WorkerBase):
         """
         return self._run(self._core.create(operation_id, kind, target, payload, payload_ref))
 
-    def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
-        """Take ownership with a new fencing epoch (default: current + 1).
+    def claim(self, key: str, *, epoch: int | None = None) -> EffectEvent:
+        """Take the key over with a new fencing epoch from any open state, keeping its
+        state (recovery's way to fence out a paused or dead owner before it acts)."""
+        return self._run(self._core.claim(key, epoch))
 
-        RESERVE from CREATED; from any other open state it is a CLAIM that takes over
-        the key (a replacement worker), keeping the state.
+    def reserve(self, key: str, *, epoch: int | None = None) -> EffectEvent:
+        """Take ownership to dispatch, with a new fencing epoch (default: current + 1).
+
+        RESERVE from CREATED; from RESERVED it is a CLAIM that takes the key over (a worker
+        reserved it and died before dispatching). A key DISPATCHED, UNKNOWN or awaiting
+        approval raises :class:`EffectInDoubt`: taking it over is :meth:`claim`'s, recovery's.
         """
         return self._run(self._core.reserve(key, epoch))
 
@@ -237,13 +204,10 @@ class Worker(WorkerBase):
         return drive(steps, self._answer)
 
     def _answer(self, request: Request[Any]) -> Any:
-        if isinstance(request, Current):
-            return seen_by(self.view, request.key, request.since)
-        if isinstance(request, CurrentAndEnd):
-            return seen_with_end(self.view, self.log, request.key)
-        if isinstance(request, Accepted):
-            return self.view.accepted(request.event, request.position, request.timeout)
-        return answer_log(self.log, self._log_view, request)
+        if isinstance(request, Ask):
+            assert self.judge is not None
+            return self.judge.ask([request.query])[0]
+        return answer_log(self.log, request)
 
 
 class EffectCall(CallBase):

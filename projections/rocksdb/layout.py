@@ -11,12 +11,10 @@ key's partition even where only some partitions are stored (a member of a cluste
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from effectlog.errors import BackendUnavailable
 from effectlog.private_fs import make_private_dirs
@@ -34,7 +32,6 @@ def _logger() -> logging.Logger:
 
 _GEN = ".gen-"
 _NEW = ".new-"
-_LOCK = ".rebuild-lock"
 _PARTITIONS = "PARTITIONS"
 
 
@@ -73,25 +70,29 @@ def new_build_dir(state_dir: str | os.PathLike[str]) -> Path:
     return _fresh_sibling(Path(state_dir), _NEW)
 
 
-@contextlib.contextmanager
-def rebuild_lock(state_dir: str | os.PathLike[str]) -> Iterator[None]:
-    """Held while one rebuild of ``state_dir`` runs (``<state_dir>.rebuild-lock``, flock):
-    a second rebuild is refused at once instead of pruning the first one's build."""
+def hold(state_dir: str | os.PathLike[str], holder: str) -> IO[str]:
+    """Take the state directory for ``holder`` (``effectlog serve``, ``effectlog rebuild``):
+    one of them at a time, so a rebuild never swaps a projection under a serve that answers
+    from it. The lock (``<state_dir>.consumers/node.lock``, flock) lasts as long as the
+    returned handle is open; a directory held already raises :class:`BackendUnavailable`
+    naming its holder."""
     import fcntl
 
     path = Path(state_dir)
-    lock = path.with_name(f"{path.name}{_LOCK}")
+    lock = path.with_name(f"{path.name}.consumers") / "node.lock"
     make_private_dirs(lock.parent)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    handle = lock.open("a+", encoding="utf-8")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise BackendUnavailable(f"another rebuild of {path.absolute()} is running: "
-                                     "wait for it to finish") from None
-        yield
-    finally:
-        os.close(fd)
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        found = handle.read().strip() or "another process"
+        handle.close()
+        raise BackendUnavailable(f"state directory {state_dir} is in use by {found}") from None
+    handle.truncate(0)
+    handle.write(f"{holder} (pid {os.getpid()})\n")
+    handle.flush()
+    return handle
 
 
 def swap_in(state_dir: str | os.PathLike[str], built: Path) -> Path:

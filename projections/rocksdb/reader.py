@@ -15,10 +15,11 @@ import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rocksdict import ReadOptions
 
+from effectlog.errors import BackendUnavailable
 from projections.rocksdb import layout
 from projections.rocksdb.db import (
     COLUMN_FAMILIES,
@@ -32,6 +33,7 @@ from projections.rocksdb.db import (
     read_counts,
 )
 from projections.rocksdb.snapshot import (
+    APPLIED_KEY,
     decode_rejection,
     decode_snapshot,
     index_range,
@@ -41,7 +43,7 @@ from projections.rocksdb.snapshot import (
     snapshot_json,
     unpack_u64,
 )
-from projections.store import Cursor, ProjectionReader, Rejection
+from projections.store import Cursor, Logged, ProjectionReader, Rejection
 
 if TYPE_CHECKING:
     from effectlog.log.base import Position
@@ -49,6 +51,21 @@ if TYPE_CHECKING:
 
 #: Maps a key to its partition of the events topic.
 Partitioner = Callable[[str], int]
+
+
+class ConsistentRead(NamedTuple):
+    """One key as one RocksDB snapshot of its partition has it: every record of the
+    partition below ``applied`` is reflected in ``raw`` (the stored snapshot, None for a key
+    with no accepted event), read from projection ``generation``."""
+
+    partition: int
+    applied: int
+    raw: bytes | None
+    generation: str
+
+
+class PartitionMoved(BackendUnavailable):
+    """The partition was released (revoked, or a new projection swapped in) under a read."""
 
 
 def default_partitioner(count: int) -> Partitioner:
@@ -80,6 +97,31 @@ class PartitionReads(ProjectionReader):
     @abstractmethod
     def partition_of(self, key: str) -> int:
         """The partition ``key`` lives in."""
+
+    def _generation_of(self, partition: int) -> str:
+        """The name of the projection generation ``partition`` is read from."""
+        return ""
+
+    def read_consistent(self, key: str) -> ConsistentRead | None:
+        """The key's stored snapshot and its partition's applied offset from ONE snapshot of
+        the state family (both live there), so the two never come from different batches,
+        generations or owners; None when the partition is not open here. Raises
+        :class:`PartitionMoved` when the partition is released during the read."""
+        partition = self.partition_of(key)
+        part = self._one(partition)
+        if part is None:
+            return None
+        try:
+            snapshot = part.cf[STATE].snapshot()
+            applied = _snapshot_get(snapshot, APPLIED_KEY)
+            if applied is None:  # a projection from before the offset moved into the family
+                applied = part.cf[OFFSETS].get(offset_key(partition))
+            raw = _snapshot_get(snapshot, key.encode("utf-8"))
+        except Exception as exc:  # rocksdict's only error type (or a cleared handle's KeyError)
+            raise PartitionMoved(f"partition {partition} was released during a read: "
+                                 f"{exc}") from None
+        return ConsistentRead(partition, 0 if applied is None else unpack_u64(applied),
+                              raw, self._generation_of(partition))
 
     # -- queries -------------------------------------------------------------------------
 
@@ -133,10 +175,10 @@ class PartitionReads(ProjectionReader):
                 yield unpack_u64(entry[skip:skip + 8]), key, bytes(raw)
             it.next()
 
-    def scan_state(self, state: State, older_than_ms: int | None = None,
-                   limit: int | None = None, after: Cursor | None = None) -> Iterator[EffectEvent]:
-        for _, _, raw in self.scan_raw(state.value, older_than_ms, limit, after):
-            yield decode_snapshot(raw)
+    def scan_logged(self, state: State, older_than_ms: int | None = None,
+                    limit: int | None = None, after: Cursor | None = None) -> Iterator[Logged]:
+        for at_ms, _, raw in self.scan_raw(state.value, older_than_ms, limit, after):
+            yield Logged(at_ms, decode_snapshot(raw))
 
     def scan_state_json(self, state: str, older_than_ms: int | None = None,
                         limit: int | None = None,
@@ -158,13 +200,19 @@ class PartitionReads(ProjectionReader):
         part = self._one(position.partition)
         if part is None:
             return None
-        value = part.cf[REJECTED].get(rejected_key(position.offset))
+        try:
+            value = part.cf[REJECTED].get(rejected_key(position.offset))
+        except Exception as exc:  # rocksdict's only error type (or a cleared handle's KeyError)
+            raise PartitionMoved(f"partition {position.partition} was released during a read: "
+                                 f"{exc}") from None
         return None if value is None else _rejection(bytes(value))
 
     def next_offsets(self) -> dict[int, int]:
         out = {}
         for partition, part in sorted(self._opened().items()):
-            raw = part.cf[OFFSETS].get(offset_key(partition))
+            raw = part.cf[STATE].get(APPLIED_KEY) if STATE in part.cf else None
+            if raw is None and OFFSETS in part.cf:
+                raw = part.cf[OFFSETS].get(offset_key(partition))
             out[partition] = 0 if raw is None else unpack_u64(raw)
         return out
 
@@ -221,6 +269,9 @@ class RocksProjectionReader(PartitionReads):
     def partition_of(self, key: str) -> int:
         return self._partitioner(key)
 
+    def _generation_of(self, partition: int) -> str:
+        return "" if self._generation is None else self._generation.name
+
     def _one(self, partition: int) -> PartitionDB | None:
         part = self._parts.get(partition)
         if part is None and partition in self._present:
@@ -249,6 +300,16 @@ class RocksProjectionReader(PartitionReads):
         for part in self._parts.values():
             part.close()
         self._parts.clear()
+
+
+def _snapshot_get(snapshot: Any, name: bytes) -> bytes | None:
+    """``snapshot[name]``, None when absent (rocksdict's snapshots raise for a missing key)."""
+    try:
+        return bytes(snapshot[name])
+    except Exception as exc:  # rocksdict's only error type
+        if "not found" in str(exc):
+            return None
+        raise
 
 
 def _rejection(value: bytes) -> Rejection:

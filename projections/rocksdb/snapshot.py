@@ -1,9 +1,15 @@
 """Byte encodings of the projection's column families.
 
 The state CF holds each key's snapshot as compact JSON (a positional list), so a reader
-can print it without importing fastavro or building the model. Index keys sort by state,
-then last-transition time (big-endian ms), then key, so "DISPATCHED older than T" is one
-range. This module imports :mod:`effectlog.model` only when a snapshot becomes an event.
+can print it without importing fastavro or building the model. Besides the event's fields a
+snapshot keeps the log's own time of its record (``logged_at``: the broker's append time on
+Kafka, the insertion time on SQLite) and the positions of the key's accepted events
+(``accepted``: ``[offset, event_id]`` pairs, oldest first), so one read of one key says which
+of its events the projector accepted. The state CF also holds the partition's applied offset
+(:data:`APPLIED_KEY`), so one RocksDB snapshot of that family reads a key and how far the
+projection reaches, consistently. Index keys sort by state, then ``logged_at`` (big-endian
+ms), then key, so "DISPATCHED older than T" is one range. This module imports
+:mod:`effectlog.model` only when a snapshot becomes an event.
 """
 
 from __future__ import annotations
@@ -12,12 +18,17 @@ import base64
 import json
 import struct
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from effectlog.model import EffectEvent
 
-FORMAT = 1
+FORMAT = 2
+_FORMATS = (1, 2)  # format 1 (no logged_at, no accepted list) is still read
+#: The state CF's key of the partition's applied offset (idempotency keys never hold NUL).
+APPLIED_KEY = b"\x00applied"
+#: Accepted events remembered per key (the oldest are dropped beyond it).
+MAX_ACCEPTED = 256
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -26,14 +37,33 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 # -- state CF --------------------------------------------------------------------------------
-# A snapshot is ``[FORMAT, *fields]``: the event's plain-value fields (see
-# projections.fastevent.Fields) with the payload bytes in base64.
+# A snapshot is ``[FORMAT, *fields, logged_at, accepted]``: the event's plain-value fields
+# (see projections.fastevent.Fields) with the payload bytes in base64.
 
 _PAYLOAD_AT = 13  # index of the payload in a snapshot list
+_FIELDS = 18
+Accepted = tuple[tuple[int, str], ...]
 
 
-def encode_snapshot(e: EffectEvent) -> bytes:
-    """The snapshot of ``e`` as compact JSON bytes (deterministic for equal events)."""
+class Stored(NamedTuple):
+    """A decoded snapshot: the key's latest accepted event, the log time of its record, and
+    the (offset, event id) of every accepted event of the key kept so far."""
+
+    event: EffectEvent
+    logged_at: int
+    accepted: Accepted
+
+
+def with_accepted(accepted: Accepted, offset: int, event_id: str) -> Accepted:
+    """``accepted`` with one more accepted event (the oldest dropped past MAX_ACCEPTED)."""
+    grown = (*accepted, (offset, event_id))
+    return grown[-MAX_ACCEPTED:] if len(grown) > MAX_ACCEPTED else grown
+
+
+def encode_snapshot(e: EffectEvent, logged_at: int | None = None,
+                    accepted: Accepted = ()) -> bytes:
+    """The snapshot of ``e`` as compact JSON bytes (deterministic for equal arguments);
+    ``logged_at`` defaults to the event's own time."""
     outcome = e.outcome
     approval = e.approval
     return _dumps([
@@ -47,38 +77,52 @@ def encode_snapshot(e: EffectEvent) -> bytes:
         None if approval is None else [
             approval.decision.value, approval.by, approval.reason, approval.at],
         e.event_id,
+        e.occurred_at if logged_at is None else logged_at,
+        [list(pair) for pair in accepted],
     ]).encode("utf-8")
 
 
-def snapshot_from_fields(fields: Sequence[Any]) -> bytes:
+def snapshot_from_fields(fields: Sequence[Any], logged_at: int, accepted: Accepted) -> bytes:
     """:func:`encode_snapshot` of ``event_from_fields(fields)``, without building the event
     (the decoder process makes it while the projector judges another batch)."""
     payload = fields[_PAYLOAD_AT - 1]
     if payload is not None:
         fields = [*fields[:_PAYLOAD_AT - 1], base64.b64encode(payload).decode("ascii"),
                   *fields[_PAYLOAD_AT:]]
-    return _dumps([FORMAT, *fields]).encode("utf-8")
+    return _dumps([FORMAT, *fields, logged_at, [list(pair) for pair in accepted]]).encode("utf-8")
 
 
-def decode_snapshot(raw: bytes) -> EffectEvent:
-    """The event stored by :func:`encode_snapshot`."""
+def decode_stored(raw: bytes) -> Stored:
+    """The event, log time and accepted positions stored by :func:`encode_snapshot`."""
     from projections.fastevent import event_from_fields
 
     values = _load(raw)
     if values[_PAYLOAD_AT] is not None:
         values[_PAYLOAD_AT] = base64.b64decode(values[_PAYLOAD_AT])
-    return event_from_fields(values[1:])
+    event = event_from_fields(values[1:_FIELDS + 1])
+    if values[0] == 1:
+        return Stored(event, event.occurred_at, ())
+    return Stored(event, int(values[_FIELDS + 1]),
+                  tuple((int(o), str(i)) for o, i in values[_FIELDS + 2]))
+
+
+def decode_snapshot(raw: bytes) -> EffectEvent:
+    """The event stored by :func:`encode_snapshot`."""
+    return decode_stored(raw).event
 
 
 def snapshot_json(raw: bytes) -> dict[str, Any]:
     """The JSON view of a stored snapshot, shaped like ``EffectEvent.to_json()``.
 
-    Needs neither fastavro nor the model: this is what ``effectlog get --json`` prints.
-    Payload bytes that are not UTF-8 JSON are shown as ``{"base64": ...}``.
+    Needs neither fastavro nor the model: this is what ``effectlog get --json`` prints, with
+    ``logged_at``, the log's own time of the record (what "stuck for 5 minutes" is measured
+    from). Payload bytes that are not UTF-8 JSON are shown as ``{"base64": ...}``.
     """
+    values = _load(raw)
     (_, key, operation_id, kind, target, p_hash, transition, state, epoch, worker_id, attempt,
      created_at, occurred_at, payload, payload_ref, outcome, error, approval,
-     event_id) = _load(raw)
+     event_id) = values[:_FIELDS + 1]
+    logged_at = occurred_at if values[0] == 1 else values[_FIELDS + 1]
     shown: Any = None
     if payload is not None:
         try:
@@ -96,12 +140,13 @@ def snapshot_json(raw: bytes) -> dict[str, Any]:
         "error": error,
         "approval": None if approval is None else {
             "decision": approval[0], "by": approval[1], "reason": approval[2], "at": approval[3]},
+        "logged_at": logged_at,
     }
 
 
 def _load(raw: bytes) -> list[Any]:
     values = json.loads(raw)
-    if not isinstance(values, list) or not values or values[0] != FORMAT:
+    if not isinstance(values, list) or not values or values[0] not in _FORMATS:
         raise ValueError(f"not a projection snapshot of format {FORMAT}")
     return values
 

@@ -112,3 +112,7 @@ class StoreReader(PartitionReads):
     def _one(self, partition: int) -> PartitionDB | None:
         writer = self._writers().get(partition)
         return None if writer is None else writer.handle
+
+    def _generation_of(self, partition: int) -> str:
+        writer = self._writers().get(partition)
+        return "" if writer is None else writer.path.parent.name

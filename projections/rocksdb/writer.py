@@ -1,9 +1,12 @@
 """Exactly-once apply of one partition's records to its RocksDB (the writer port).
 
 A poll batch is judged with :func:`effectlog.machine.check` (the writer's own rules) and
-committed as ONE WriteBatch holding the snapshots, index moves, rejections, counters and
-the partition's next offset. Killed at any instant, the database holds either the whole
-batch or none of it, and the projector resumes at the stored offset.
+committed as ONE WriteBatch holding the snapshots (each with the positions of its key's
+accepted events), index moves, rejections, counters and the partition's applied offset.
+Killed at any instant, the database holds either the whole batch or none of it, and the
+projector resumes at the stored offset. The applied offset sits in the state column family,
+next to the snapshots, so one snapshot of that family reads a key's state, its accepted
+events and how far the partition is applied, as of one batch (see :meth:`read_judged`).
 
 The WriteBatch is written with ``sync=False``: the WAL write reaches the OS before
 ``write`` returns, so a killed process loses nothing; a power loss may drop the WAL tail,
@@ -40,7 +43,10 @@ from projections.rocksdb.db import (
     read_counts,
 )
 from projections.rocksdb.snapshot import (
-    decode_snapshot,
+    APPLIED_KEY,
+    Accepted,
+    Stored,
+    decode_stored,
     encode_rejection,
     index_prefix,
     offset_key,
@@ -49,6 +55,7 @@ from projections.rocksdb.snapshot import (
     rejected_key,
     snapshot_from_fields,
     unpack_u64,
+    with_accepted,
 )
 from projections.store import Applied, PartitionWriter
 
@@ -112,8 +119,10 @@ class RocksPartitionWriter(PartitionWriter):
         self._h = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._write_opts = WriteOptions()
         self._write_opts.sync = False
-        self._cache: OrderedDict[str, EffectEvent] = OrderedDict()
-        raw = self._cf[OFFSETS].get(offset_key(partition))
+        self._cache: OrderedDict[str, Stored] = OrderedDict()
+        raw = self._cf[STATE].get(APPLIED_KEY)
+        if raw is None:  # a projection from before the offset moved into the state family
+            raw = self._cf[OFFSETS].get(offset_key(partition))
         self.next_offset = 0 if raw is None else unpack_u64(raw)
         self.counts = read_counts(self._cf[METADATA])
 
@@ -136,7 +145,7 @@ class RocksPartitionWriter(PartitionWriter):
         if next_offset <= self.next_offset:
             return
         batch = WriteBatch(raw_mode=True)
-        batch.put(offset_key(self.partition), pack_u64(next_offset), self._h[OFFSETS])
+        batch.put(APPLIED_KEY, pack_u64(next_offset), self._h[STATE])
         self.db.write(batch, self._write_opts)
         self.next_offset = next_offset
 
@@ -156,8 +165,12 @@ class RocksPartitionWriter(PartitionWriter):
                         else decoded[skip:])
         originals = self._load({item[0].idempotency_key for item in items
                                 if not isinstance(item, str)})
-        current = dict(originals)
+        current = {key: None if stored is None else stored.event
+                   for key, stored in originals.items()}
         accepted: dict[str, Fields] = {}  # key -> fields of its latest accepted event
+        positions: dict[str, Accepted] = {key: stored.accepted
+                                          for key, stored in originals.items() if stored}
+        logged: dict[str, int] = {}  # key -> log time of its latest accepted record
         counts: dict[str, int] = {}
         is_legacy = event_codec().is_legacy
         if n_legacy := sum(1 for r in records if is_legacy(r.value)):
@@ -188,11 +201,15 @@ class RocksPartitionWriter(PartitionWriter):
                 continue
             current[key] = event
             accepted[key] = fields
+            positions[key] = with_accepted(positions.get(key, ()), record.offset, event.event_id)
+            logged[key] = record.timestamp_ms
             for label in event_metrics(event):
                 counts[label] = counts.get(label, 0) + 1
-        self._stage_states(batch, counts, originals, current, accepted)
+        stored = {key: Stored(new, logged[key], positions[key])
+                  for key in accepted if (new := current[key]) is not None}
+        self._stage_states(batch, counts, originals, stored, accepted)
         next_offset = records[-1].offset + 1
-        batch.put(offset_key(self.partition), pack_u64(next_offset), self._h[OFFSETS])
+        batch.put(APPLIED_KEY, pack_u64(next_offset), self._h[STATE])
         totals = self._stage_counts(batch, counts)
         self.db.write(batch, self._write_opts)
         for label, total in totals.items():
@@ -201,14 +218,14 @@ class RocksPartitionWriter(PartitionWriter):
             else:
                 self.counts.pop(label, None)
         self.next_offset = next_offset
-        self._remember(current, accepted)
+        self._remember(originals, stored)
         return Applied(len(records), len(records) - rejected, rejected, next_offset)
 
     # -- steps ---------------------------------------------------------------------------
 
-    def _load(self, keys: set[str]) -> dict[str, EffectEvent | None]:
+    def _load(self, keys: set[str]) -> dict[str, Stored | None]:
         """Current snapshots of ``keys``: from the LRU, the rest with one multi-get."""
-        found: dict[str, EffectEvent | None] = {}
+        found: dict[str, Stored | None] = {}
         missing = []
         cache = self._cache
         for key in keys:
@@ -222,29 +239,28 @@ class RocksPartitionWriter(PartitionWriter):
             values = self._cf[STATE].get([k.encode("utf-8") for k in missing])
             assert isinstance(values, list)
             for key, raw in zip(missing, values, strict=True):
-                found[key] = None if raw is None else decode_snapshot(raw)
+                found[key] = None if raw is None else decode_stored(raw)
         return found
 
     def _stage_states(self, batch: WriteBatch, counts: dict[str, int],
-                      originals: dict[str, EffectEvent | None],
-                      current: dict[str, EffectEvent | None], accepted: dict[str, Fields]) -> None:
+                      originals: dict[str, Stored | None], stored: dict[str, Stored],
+                      accepted: dict[str, Fields]) -> None:
         """Snapshot puts, index moves and per-state counts of the keys the batch changed."""
         put, delete = batch.put, batch.delete
         h_state, h_index = self._h[STATE], self._h[INDEX]
         moves: dict[State, int] = {}
         for key, fields in accepted.items():
-            new = current[key]
-            assert new is not None
+            new = stored[key]
             old = originals.get(key)
             name = key.encode("utf-8")
-            put(name, snapshot_from_fields(fields), h_state)
+            put(name, snapshot_from_fields(fields, new.logged_at, new.accepted), h_state)
             if old is not None:
-                delete(_INDEX_PREFIX[old.state] + pack_u64(max(old.occurred_at, 0)) + name,
+                delete(_INDEX_PREFIX[old.event.state] + pack_u64(max(old.logged_at, 0)) + name,
                        h_index)
-                moves[old.state] = moves.get(old.state, 0) - 1
-            put(_INDEX_PREFIX[new.state] + pack_u64(max(new.occurred_at, 0)) + name, b"",
+                moves[old.event.state] = moves.get(old.event.state, 0) - 1
+            put(_INDEX_PREFIX[new.event.state] + pack_u64(max(new.logged_at, 0)) + name, b"",
                 h_index)
-            moves[new.state] = moves.get(new.state, 0) + 1
+            moves[new.event.state] = moves.get(new.event.state, 0) + 1
         for state, delta in moves.items():
             label = _STATE_LABEL[state]
             counts[label] = counts.get(label, 0) + delta
@@ -272,18 +288,15 @@ class RocksPartitionWriter(PartitionWriter):
         label = f"rejected:{reason}"
         counts[label] = counts.get(label, 0) + 1
 
-    def _remember(self, current: dict[str, EffectEvent | None],
-                  accepted: dict[str, Fields]) -> None:
+    def _remember(self, originals: dict[str, Stored | None], stored: dict[str, Stored]) -> None:
         """Keep the batch's keys in the LRU, the changed ones as most recent."""
         cache = self._cache
-        for key, event in current.items():
-            if event is not None and key not in accepted and key not in cache:
-                cache[key] = event
-        for key in accepted:
-            event = current[key]
-            if event is not None:
-                cache[key] = event
-                cache.move_to_end(key)
+        for key, found in originals.items():
+            if found is not None and key not in stored and key not in cache:
+                cache[key] = found
+        for key, new in stored.items():
+            cache[key] = new
+            cache.move_to_end(key)
         while len(cache) > self.cache_size:
             cache.popitem(last=False)
 

@@ -23,6 +23,7 @@ from consumers.providers.fake import FakeProvider
 from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from consumers.table import Action
+from effectlog.judge.client import ClusterJudge
 from effectlog.keys import make_key
 from effectlog.log import open_log
 from effectlog.log.base import EventLog
@@ -60,7 +61,7 @@ class WorkerProcess:
         cmd = [sys.executable, "-m", "tests.crash.worker_main", "--log", env.log_url,
                "--provider", env.provider_spec, "--op", job.op, "--kind", job.kind,
                "--target", job.target, "--payload", json.dumps(job.payload),
-               "--worker-id", worker_id]
+               "--worker-id", worker_id, *(("--server", env.server) if env.server else ())]
         if pause_at:
             cmd += ["--pause-at", pause_at]
         self.worker_id = worker_id
@@ -149,13 +150,17 @@ class Env:
     """One scenario's world: an event log, a fake provider file, a projection directory.
 
     The provider runs with ``dedupe=0``: it performs every call it accepts, so a second
-    dispatch of an effect shows up as a second execution instead of being hidden.
+    dispatch of an effect shows up as a second execution instead of being hidden. On a log
+    without compare-and-append (Kafka) ``server`` is the judge of every write: the worker
+    processes' and the reconciler's.
     """
 
-    def __init__(self, tmp: Path, log_url: str, *, lookup_complete: bool = True) -> None:
+    def __init__(self, tmp: Path, log_url: str, *, lookup_complete: bool = True,
+                 server: str | None = None) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         self.tmp = tmp
         self.log_url = log_url
+        self.server = server
         self.state_dir = tmp / "state"
         flag = "1" if lookup_complete else "0"
         self.provider_spec = f"fake:///{tmp}/provider.db?dedupe=0&lookup_complete={flag}"
@@ -209,12 +214,15 @@ class Env:
                 ledger.close()
                 reader.close()
             offsets = OffsetStore(consumer_db_path(self.state_dir, "reconciler"))
+            judge = ClusterJudge(self.server, wait_s=30) if self.server else None
             reconciler = Reconciler(log, self.provider, offsets, ReconcilerSettings(
-                worker_id="reconciler-1", policy=policy or ApprovalPolicy()))
+                worker_id="reconciler-1", policy=policy or ApprovalPolicy()), judge=judge)
             try:
                 return reconciler.run_once()
             finally:
                 offsets.close()
+                if judge is not None:
+                    judge.close()
 
     def settle(self, policy: ApprovalPolicy | None = None, max_passes: int = 6) -> list[Handled]:
         """Passes until one appends nothing; every action taken, in order."""
@@ -229,8 +237,9 @@ class Env:
     def cli(self, *args: str, log_url: str | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "effectlog.cli.main", "--log", log_url or self.log_url,
                "--state", str(self.state_dir), *args]
+        judged = {"EFFECTLOG_SERVER": self.server} if self.server else {}
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                              timeout=STEP_TIMEOUT_S * 2)
+                              timeout=STEP_TIMEOUT_S * 2, env={**os.environ, **judged})
 
     def settle_cli(self) -> list[dict[str, Any]]:
         """One pass through the real commands: project, recover and reconcile ``--once``."""

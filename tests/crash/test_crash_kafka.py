@@ -1,8 +1,8 @@
 """The crash matrix on a real Kafka-protocol broker.
 
-Workers fold a key's events from its partition (the default LogView: correct, slow), so
-each scenario takes seconds; independent scenarios (each with its own topics, projection
-and provider file) therefore run side by side, and a failure names its scenario.
+Each scenario has its own topics, projection, provider file and `effectlog serve` (the
+judge of every write: workers' and the reconciler's), so independent scenarios run side by
+side (a few at a time on a small machine), and a failure names its scenario.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from consumers.table import Action
 from effectlog.log.kafka import KafkaSettings, create_topics
 from effectlog.model import State
+from tests.cluster_support import Serve
 from tests.crash import scenarios
 from tests.crash.harness import Env, Job, actions
 from tests.kafka_broker import KafkaBroker, private_broker
@@ -27,17 +28,31 @@ from tests.kafka_broker import KafkaBroker, private_broker
 pytestmark = [pytest.mark.crash, pytest.mark.kafka, pytest.mark.timeout(300)]
 
 
+SIDE_BY_SIDE = 4  # scenarios at once: each runs a serve and worker processes
+_SERVES: list[Serve] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_serves() -> Iterator[None]:
+    yield
+    while _SERVES:
+        _SERVES.pop().stop()
+
+
 def kafka_env(bootstrap: str, tmp: Path, *, lookup_complete: bool = True,
               timeout_s: float = 10.0) -> Env:
-    """An Env on topics of its own."""
+    """An Env on topics of its own, judged by an `effectlog serve` of its own."""
     url = f"kafka://{bootstrap}?prefix=crash{uuid.uuid4().hex[:10]}&timeout_s={timeout_s}"
     create_topics(KafkaSettings.from_url(url))
-    return Env(tmp, url, lookup_complete=lookup_complete)
+    tmp.mkdir(parents=True, exist_ok=True)
+    serve = Serve(tmp, "judge", url, None)
+    _SERVES.append(serve)
+    return Env(tmp, url, lookup_complete=lookup_complete, server=serve.url)
 
 
 def run_side_by_side(named: dict[str, Callable[[], None]]) -> None:
-    """Run independent scenarios concurrently; fail with every scenario that failed."""
-    with ThreadPoolExecutor(max_workers=len(named)) as pool:
+    """Run independent scenarios a few at a time; fail with every scenario that failed."""
+    with ThreadPoolExecutor(max_workers=SIDE_BY_SIDE) as pool:
         futures = {name: pool.submit(fn) for name, fn in named.items()}
     failed = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
     if failed:
@@ -99,7 +114,7 @@ def test_broker_unavailable_during_recovery_on_kafka(own_broker: KafkaBroker,
     try:
         for args in (("project", "--once", "--quiet"),
                      ("recover", "--once", "--stuck-after", "0s", "--command-timeout", "0s"),
-                     ("reconcile", "--once", "--provider", env.provider_spec)):
+                     ("reconcile", "--once", "--provider", env.provider_spec, "--server", str(env.server))):
             done = env.cli(*args)
             assert done.returncode == 4, (args, done.returncode, done.stderr)
             assert "error: " in done.stderr

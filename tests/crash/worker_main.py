@@ -12,7 +12,9 @@ illegal transition), 4 log unavailable, 5 in doubt (left to recovery), 6 provide
 (the effect was marked UNKNOWN).
 
     python -m tests.crash.worker_main --log URL --provider fake:///p.db --op OP --kind K
-        --target T --payload JSON [--worker-id W] [--pause-at POINT]
+        --target T --payload JSON [--worker-id W] [--pause-at POINT] [--server URL]
+
+On Kafka (``--server``) its writes are judged by that ``effectlog serve``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from effectlog.errors import BackendUnavailable, Conflict
 from effectlog.log import open_log
 from effectlog.model import EffectEvent, State
 from effectlog.provider import Provider, ProviderError, ProviderFailed
-from effectlog.view import LogView
 from effectlog.worker import EffectCall, EffectInDoubt, Worker
 
 POINTS = ("after_create", "after_reserve", "after_dispatch", "after_provider_call",
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payload", required=True, help="the job's payload as JSON")
     parser.add_argument("--worker-id", default=None)
     parser.add_argument("--pause-at", choices=POINTS, default=None)
+    parser.add_argument("--server", default=None, help="the judge (a serve URL), on Kafka")
     args = parser.parse_args(argv)
     provider = load_provider(args.provider)
     try:
@@ -155,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         say(event="done", status="unavailable", errors=chain(exc))
         return 4
-    # folds keys from the log itself (a tool's choice on Kafka; SQLite does so by default)
-    worker = PausingWorker(log, args.worker_id, view=None if log.indexed_keys else LogView(log))
+    worker = PausingWorker(log, args.worker_id, server=args.server, accept_timeout_s=30)
     worker.pause_at = args.pause_at
     try:
         return run(worker, provider, args)

@@ -31,10 +31,9 @@ from effectlog.log.kafka import KafkaSettings
 from effectlog.machine import advance, new_effect
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State
 from effectlog.model import Transition as T
-from effectlog.view import LogView
-from effectlog.worker import Worker
 from projections import open_reader
 from projections.projector import project
+from tests.judges import scribe
 from tools.avro import interop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +197,7 @@ def test_java_decodes_every_record_effectlog_wrote_to_the_topic(kafka_url: str,
     command = ReconciliationCommand.for_event(groups[1][3], 1, "UNKNOWN for 10m")
     with open_log(kafka_url) as log:
         write_histories(log, groups)
-        Worker(log, "w9", view=LogView(log)).perform("topic-w", KIND, "mailto:w@example.com", {"n": 1},
+        scribe(log, "w9").perform("topic-w", KIND, "mailto:w@example.com", {"n": 1},
                                   lambda call: {"sent": True})
         log.append(COMMANDS, command.idempotency_key, command.encode())
     settings = KafkaSettings.from_url(kafka_url)

@@ -113,7 +113,8 @@ def test_recovery_and_read_commands_through_a_broker_fault(fault_broker: KafkaBr
             commands = {
                 "recover": (*on_state, "recover", "--once", "--stuck-after", "0s",
                             "--command-timeout", "0s"),
-                "reconcile": (*on_state, "reconcile", "--once", "--provider", spec),
+                "reconcile": (*on_state, "reconcile", "--once", "--provider", spec,
+                              "--server", serve.url),
                 "project": (*on_state, "project", "--once", "--quiet"),
                 "history": (*on_state, "history", keys[1]),
                 "history, no state": ("--log", url, "--state", str(nowhere), "history", keys[1]),
@@ -145,7 +146,7 @@ def test_recovery_and_read_commands_through_a_broker_fault(fault_broker: KafkaBr
         # The CLI's own recoverer, run now, finds nothing left to issue or apply.
         assert cli("--log", url, "--state", state, "project", "--once", "--quiet").code == 0
         for args in (("recover", "--once", "--json", "--stuck-after", "0s"),
-                     ("reconcile", "--once", "--provider", spec)):
+                     ("reconcile", "--once", "--provider", spec, "--server", serve.url)):
             done = cli("--log", url, "--state", state, *args)
             assert done.code == 0, (args, done.stderr)
         fake = FakeProvider(provider)

@@ -7,8 +7,11 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+
+from tests.cluster_support import Serve, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -25,8 +28,17 @@ def lines(*transitions: dict[str, object]) -> str:
     return "".join(json.dumps({**LINE, **t}) + "\n" for t in transitions)
 
 
-def test_append_and_history_on_kafka(kafka_url: str) -> None:
-    done = run(kafka_url, "append", stdin=lines(
+def test_append_and_history_on_kafka(kafka_url: str, tmp_path: Path) -> None:
+    judge = Serve(tmp_path, "judge", kafka_url, None)
+    try:
+        wait_until(lambda: len(judge.serving()) == 6, 60, "serve serves every partition")
+        _append_and_history(kafka_url, judge.url)
+    finally:
+        judge.stop()
+
+
+def _append_and_history(kafka_url: str, server: str) -> None:
+    done = run(kafka_url, "append", "--server", server, stdin=lines(
         {"transition": "create", "payload": {"amount": 1200}}, {"transition": "reserve"},
         {"transition": "dispatch"}, {"transition": "unknown", "error": "gateway timeout"}))
     assert done.returncode == 0, done.stderr
@@ -35,8 +47,8 @@ def test_append_and_history_on_kafka(kafka_url: str) -> None:
     assert len({o["position"]["partition"] for o in out}) == 1
     rows = [json.loads(x) for x in run(kafka_url, "history", KEY, "--json").stdout.splitlines()]
     assert [r["event"]["state"] for r in rows] == ["CREATED", "RESERVED", "DISPATCHED", "UNKNOWN"]
-    mismatch = run(kafka_url, "append", stdin=lines({"transition": "create",
-                                                    "payload": {"amount": 9}}))
+    mismatch = run(kafka_url, "append", "--server", server,
+                   stdin=lines({"transition": "create", "payload": {"amount": 9}}))
     assert mismatch.returncode == 3
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
 
@@ -16,7 +15,7 @@ from effectlog.log import open_log
 from effectlog.log.base import EVENTS
 from projections.projector import project
 from projections.rocksdb.digest import partition_digest
-from tests.cluster_support import HTTP, Serve, Workload, answer, wait_until
+from tests.cluster_support import HTTP, Serve, Workload, answer, ask_judge, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 PARTITIONS = 6
@@ -155,21 +154,22 @@ def test_a_group_of_serve_processes_fails_over_and_scales_out(kafka_url: str,
 
 
 def _assert_lookup_answers(members: list[Serve], keys: list[str], dead: str = "") -> None:
-    """One lookup on each member answers keys of every partition: its own, and the others'
-    through their owners (a key whose owner it cannot reach now is listed as unanswered,
-    never answered wrong)."""
+    """One question to the judge of each member answers keys of every partition: its own,
+    and the others' through their owners (a key whose owner it cannot reach now is listed
+    as unanswered, never answered wrong)."""
     owners = {p: m.url for p, m in _owners(members).items()}
     for member in members:
-        status, body = answer(f"{member.url}/v1/lookup?" + urlencode([("key", k) for k in keys]))
+        status, body = ask_judge(member.url, keys)
         assert status == 200, body
-        found = {entry["key"]: entry for entry in body["found"]}
+        found = {entry["key"]: entry for entry in body["answers"]}
         unanswered = {entry["key"] for entry in body["unanswered"]}
         assert set(found) | unanswered == set(keys) and not set(found) & unanswered
         assert len(found) >= (len(keys) if not dead else 1)
         for entry in found.values():
-            assert entry["served_by"] == owners[entry["partition"]] != dead
+            served_by = entry["premises"]["served_by"]
+            assert served_by == owners[entry["partition"]] != dead
             assert entry["snapshot"]["idempotency_key"] == entry["key"]
-        served = {entry["served_by"] for entry in found.values()}
+        served = {entry["premises"]["served_by"] for entry in found.values()}
         assert dead or served == {m.url for m in members}, served
 
 

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from effectlog.log import open_log
 from effectlog.log.kafka import KafkaSettings, create_topics
+from tests.judges import scribe
 
 pytestmark = pytest.mark.kafka
 
@@ -30,7 +31,8 @@ def cli(url: str, state: Path, *args: str, stdin: str = "") -> subprocess.Comple
 def test_a_replaced_topic_is_refused_by_the_projection_built_from_the_old_one(
         kafka_url: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    assert cli(kafka_url, state, "append", stdin=LINE).returncode == 0
+    with open_log(kafka_url) as log:
+        scribe(log, "w1").create("id-1", "email.send", "mailto:a@x", {})
     assert cli(kafka_url, state, "project", "--once").returncode == 0
     settings = KafkaSettings.from_url(kafka_url)
     with open_log(kafka_url) as log:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +15,9 @@ from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.machine import fold
 from effectlog.model import State
 from effectlog.view import decode_events
-from effectlog.worker import Worker
 from projections import open_reader
 from projections.projector import Progress, Projector, ProjectorSettings, project
 from projections.rocksdb import layout
-from projections.view import ProjectionView
 from tests import projector_workload as workload
 
 pytestmark = pytest.mark.kafka
@@ -86,27 +83,3 @@ def test_stats_exits_4_when_kafka_is_unreachable(tmp_path: Path) -> None:
     assert done.returncode == 4, done.stderr
 
 
-def test_workers_on_kafka_read_their_writes_through_the_projection(
-        log: EventLog, kafka_url: str, tmp_path: Path) -> None:
-    projector = Projector(log, tmp_path / "state", ProjectorSettings(idle_sleep_s=0.01))
-    projector.open()
-    stop = threading.Event()
-    thread = threading.Thread(target=projector.run, kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    reader_log = open_log(kafka_url)
-    view = ProjectionView(reader_log, tmp_path / "state")
-    try:
-        worker = Worker(reader_log, "w1", view=view, accept_timeout_s=30)
-        result = worker.perform("k1", "email.send", "mailto:k@x", {"n": 1},
-                                lambda call: {"epoch": call.fencing_epoch})
-        assert result == {"epoch": 1}
-        other = Worker(reader_log, "w2", view=view, accept_timeout_s=30)
-        key = "agent:k1:email.send:mailto:k@x"
-        seen = other.get(key)
-        assert seen is not None and seen.state is State.SUCCEEDED
-    finally:
-        stop.set()
-        thread.join(30)
-        view.close()
-        projector.close()
-        reader_log.close()

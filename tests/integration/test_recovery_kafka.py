@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +21,27 @@ from effectlog.log import open_log
 from effectlog.model import State
 from effectlog.provider import ProviderTimeout
 from effectlog.view import LogView
-from effectlog.worker import Worker
+from tests.cluster_support import Serve, wait_until
+from tests.judges import scribe
 from tests.kafka_broker import free_port
 from tests.recovery_support import Harness, stop_serve, stuck
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 
-def test_every_recovery_table_row_on_kafka(kafka_url: str, tmp_path: Path) -> None:
-    h = Harness(tmp_path, kafka_url, projection=True)
+@pytest.fixture
+def judge(kafka_url: str, tmp_path: Path) -> Iterator[Serve]:
+    """A serve that judges the reconciler's writes (its own loops have no provider)."""
+    node = Serve(tmp_path, "judge", kafka_url, None)
+    try:
+        wait_until(lambda: len(node.serving()) == 6, 60, "serve serves every partition")
+        yield node
+    finally:
+        node.stop()
+
+
+def test_every_recovery_table_row_on_kafka(kafka_url: str, tmp_path: Path, judge: Serve) -> None:
+    h = Harness(tmp_path, kafka_url, projection=True, server=judge.url)
     reserved = stuck(h.worker, "k-reserved", State.RESERVED)
     confirmed = stuck(h.worker, "k-dispatched-confirmed", State.DISPATCHED)
     h.crash_after_provider_call(confirmed)
@@ -60,8 +73,8 @@ def test_every_recovery_table_row_on_kafka(kafka_url: str, tmp_path: Path) -> No
 
 
 def test_dispatched_not_found_with_incomplete_lookup_becomes_unknown_on_kafka(
-        kafka_url: str, tmp_path: Path) -> None:
-    h = Harness(tmp_path, kafka_url, lookup_complete=False, projection=True)
+        kafka_url: str, tmp_path: Path, judge: Serve) -> None:
+    h = Harness(tmp_path, kafka_url, lookup_complete=False, projection=True, server=judge.url)
     key = stuck(h.worker, "k-incomplete", State.DISPATCHED)
     (handled,) = h.recover_and_reconcile()
     assert handled.action is Action.MARK_UNKNOWN
@@ -71,7 +84,7 @@ def test_dispatched_not_found_with_incomplete_lookup_becomes_unknown_on_kafka(
 
 def test_serve_settles_a_crashed_workers_effect_on_kafka(kafka_url: str, tmp_path: Path) -> None:
     log = open_log(kafka_url)
-    key = stuck(Worker(log, "crashed", view=LogView(log)), "k-serve", State.RESERVED)
+    key = stuck(scribe(log, "crashed"), "k-serve", State.RESERVED)
     proc = subprocess.Popen(
         [sys.executable, "-m", "effectlog.cli.main", "--log", kafka_url, "--state",
          str(tmp_path / "state"), "serve", "--metrics-port", str(free_port()), "--stuck-after",
@@ -79,7 +92,7 @@ def test_serve_settles_a_crashed_workers_effect_on_kafka(kafka_url: str, tmp_pat
         stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.err").open("w"))
     try:
         deadline = time.monotonic() + 90
-        while Worker(log, "probe", view=LogView(log)).get(key).state is not State.SUCCEEDED:  # type: ignore[union-attr]
+        while LogView(log).current(key).state is not State.SUCCEEDED:  # type: ignore[union-attr]
             assert time.monotonic() < deadline and proc.poll() is None, "not settled in time"
             time.sleep(1)
     finally:

@@ -125,6 +125,6 @@ def test_a_worker_on_kafka_without_a_server_is_refused_not_scanning(
         with pytest.raises(InvalidInput, match="EFFECTLOG_SERVER"):
             Worker(log, "w1")
         monkeypatch.setenv("EFFECTLOG_SERVER", "http://127.0.0.1:1")
-        assert type(Worker(log, "w1").view).__name__ == "ClusterView"
+        assert type(Worker(log, "w1").judge).__name__ == "ClusterJudge"
     finally:
         log.close()

@@ -11,15 +11,16 @@ from typing import Any, TypeVar
 import pytest
 
 from effectlog.errors import Fenced, PayloadMismatch
+from effectlog.judge.query import Answer, Query
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.log.base import Position
 from effectlog.log.memory import MemoryLog
 from effectlog.machine import advance
 from effectlog.model import EffectEvent, State, Transition
 from effectlog.provider import ProviderFailed, ProviderTimeout
-from effectlog.view import LogView
 from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt, Worker
 from effectlog.worker.aio import Pacer
+from tests.judges import FoldingJudge
 
 KIND, TARGET = "email.send", "mailto:a@example.com"
 R = TypeVar("R")
@@ -280,49 +281,42 @@ def test_the_loop_keeps_running_while_the_log_blocks() -> None:
 
 
 class NonAtomicLog(MemoryLog):
-    """A log without compare-and-append (as Kafka): writes are read back through the view."""
+    """A log without compare-and-append (as Kafka): every write waits for the judge."""
 
     conditional = False
 
 
-class AsyncLogView:
-    """A native AsyncStateView (as an async HTTP client would be), counting its calls."""
+class CountingJudge(FoldingJudge):
+    """A folding judge that keeps the questions it was asked."""
 
     def __init__(self, log: EventLog) -> None:
-        self.inner = LogView(log)
-        self.calls: list[str] = []
+        super().__init__(log)
+        self.asked: list[Query] = []
 
-    async def current(self, key: str) -> EffectEvent | None:
-        self.calls.append("current")
-        return self.inner.current(key)
-
-    async def accepted(self, event: EffectEvent, position: Position, timeout: float = 10.0) -> bool:
-        self.calls.append("accepted")
-        return self.inner.accepted(event, position, timeout)
+    def ask(self, queries: Sequence[Query]) -> list[Answer]:
+        self.asked.extend(queries)
+        return super().ask(queries)
 
 
-def test_an_async_view_is_awaited_natively_and_judges_every_write() -> None:
+def test_an_async_worker_waits_for_the_judge_on_every_write() -> None:
     log = NonAtomicLog()
-    Worker(log, "w0").create("op-0", KIND, "mailto:b@example.com", {})  # partition not empty
-    view = AsyncLogView(log)
+    judge = CountingJudge(log)
 
     async def main() -> Any:
-        async with AsyncWorker(log, "w1", view=view) as worker:
+        async with AsyncWorker(log, "w1", judge=judge) as worker:
             return await worker.perform("op-12", KIND, TARGET, {}, lambda call: "ok")
 
     assert run(main) == "ok"
-    # this view does not say how far its snapshots reach, so create+reserve+dispatch is read
-    # back; the record lands right after the worker's own accepted dispatch with nothing in
-    # between (the partition still ended there), so it needs neither read
-    assert view.calls == ["current", "accepted"]
+    # the key as it stands, the verdicts on CREATE+RESERVE+DISPATCH, the verdict on RECORD
+    assert [(q.fresh, len(q.written)) for q in judge.asked] == [(False, 0), (False, 3), (False, 1)]
 
 
-def test_a_lost_claim_race_is_fenced_through_a_sync_view_adapter() -> None:
+def test_a_lost_claim_race_is_fenced_through_the_judge() -> None:
     log = NonAtomicLog()
 
     async def main() -> None:
-        async with AsyncWorker(log, "a", view=LogView(log)) as a, \
-                AsyncWorker(log, "b", view=LogView(log)) as b:
+        async with AsyncWorker(log, "a", judge=FoldingJudge(log)) as a, \
+                AsyncWorker(log, "b", judge=FoldingJudge(log)) as b:
             created = await a.create("op-13", KIND, TARGET, {})
             reserved = await a.reserve(created.idempotency_key)
             first = advance(reserved, Transition.CLAIM, "a")

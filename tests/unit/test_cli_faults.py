@@ -136,6 +136,6 @@ def test_two_concurrent_rebuilds_never_crash_and_leave_a_clean_projection(tmp_pa
     for code, err in results:
         assert "Traceback" not in err
         if code == 4:
-            assert err.count("\n") == 1 and "another rebuild" in err
+            assert err.count("\n") == 1 and "in use by effectlog rebuild" in err
     project(open_log(url), tmp_path / "clean")
     assert projection_digest(tmp_path / "state") == projection_digest(tmp_path / "clean")

@@ -274,8 +274,8 @@ def test_rebuild_2_missing_log(world: World, tmp_path: Path) -> None:
 
 
 def test_rebuild_4_while_another_rebuild_runs(fresh: World) -> None:
-    with layout.rebuild_lock(fresh.state):
-        expect(fresh.run("rebuild", "--quiet"), UNAVAILABLE, "another rebuild")
+    with layout.hold(fresh.state, "effectlog rebuild"):
+        expect(fresh.run("rebuild", "--quiet"), UNAVAILABLE, "in use by effectlog rebuild")
 
 
 # -- recover, reconcile, approve ------------------------------------------------------------

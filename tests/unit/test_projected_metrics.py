@@ -24,12 +24,12 @@ def _fill(url: str) -> None:
     with worker.effect("op-2", "ticket.create", "jira:OPS", {"t": "x"}) as call:
         pass  # leaves UNKNOWN
     reconciler = Worker(log, "reconciler")
-    reconciler.reserve(call.key)
+    reconciler.claim(call.key)
     reconciler.record(call.key, "succeeded", {"ticket": "OPS-1"}, source="lookup")
     created = worker.create("op-3", "payment.charge", "acct:1", {"amount": 5})
     worker.reserve(created.idempotency_key)
     dispatched = worker.dispatch(created.idempotency_key)
-    Worker(log, "w2").reserve(created.idempotency_key)  # a replacement claims epoch 2
+    Worker(log, "w2").claim(created.idempotency_key)  # a replacement claims epoch 2
     # the paused worker's epoch-1 record still reaches the log: rejected and counted
     old = dispatched.next(Transition.RECORD, State.SUCCEEDED, outcome=Outcome(State.SUCCEEDED))
     log.append(EVENTS, old.idempotency_key, event_codec().encode(old.to_record()))

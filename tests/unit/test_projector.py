@@ -176,21 +176,27 @@ def test_index_follows_the_state(log: EventLog, tmp_path: Path) -> None:
 
 
 def test_scan_state_is_oldest_first_and_touches_only_matching_entries(
-        log: EventLog, tmp_path: Path) -> None:
+        log: EventLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index orders effects by the log's own time of their last record (the SQLite
+    log's insertion time here), never by the writer's clock (``occurred_at``)."""
+    import effectlog.log.sqlite as sqlite_log
+
     codec = event_codec()
-    items = []
-    for i in range(300):  # 100 DISPATCHED (every third) at times 1000 + i, the rest RESERVED
+    for i in range(300):  # 100 DISPATCHED (every third) logged at 1000 + i, the rest RESERVED
         create = new_effect(f"s{i}", "email.send", "t", {"i": i}, "w")
         reserve = advance(create, T.RESERVE, "w")
         chain = [create, reserve] + ([advance(reserve, T.DISPATCH, "w")] if i % 3 == 0 else [])
-        for event in chain:
-            event = type(event).from_record({**event.to_record(), "occurred_at": 1000 + i})
-            items.append((event.idempotency_key, codec.encode(event.to_record())))
-    workload.write(log, items)
+        # the writer's clock says something else entirely: it plays no part
+        items = [(e.idempotency_key, codec.encode({**e.to_record(), "occurred_at": 99_000 - i}))
+                 for e in chain]
+        monkeypatch.setattr(sqlite_log.time, "time", lambda i=i: (1000 + i) / 1000)
+        log.append_many(EVENTS, items)
+    monkeypatch.undo()
     project(log, tmp_path / "state")
     with open_reader(tmp_path / "state") as reader:
-        old = list(reader.scan_state(State.DISPATCHED, older_than_ms=1000 + 150))
-        assert [e.occurred_at for e in old] == [1000 + i for i in range(0, 150, 3)]
+        old = [s["operation_id"] for s in reader.scan_state_json("DISPATCHED",
+                                                                 older_than_ms=1000 + 150)]
+        assert old == [f"s{i}" for i in range(0, 150, 3)]
         assert reader.index_steps == len(old)  # a range scan: no other entry was visited
         reader.index_steps = 0
         assert len(list(reader.scan_state(State.RESERVED, limit=5))) == 5

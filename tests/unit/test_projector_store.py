@@ -24,6 +24,7 @@ from projections.rocksdb import layout
 from projections.rocksdb.digest import projection_digest
 from projections.rocksdb.snapshot import (
     decode_snapshot,
+    decode_stored,
     encode_snapshot,
     snapshot_from_fields,
     snapshot_json,
@@ -63,15 +64,18 @@ def test_fast_event_building_equals_the_model(event: EffectEvent) -> None:
     assert event_from_record(record) == EffectEvent.from_record(record) == event
     fields = fields_from_record(record)
     assert event_from_fields(fields) == event
-    assert snapshot_from_fields(fields) == encode_snapshot(event_from_fields(fields))
+    accepted = ((7, event.event_id),)
+    assert snapshot_from_fields(fields, 5, accepted) == encode_snapshot(
+        event_from_fields(fields), 5, accepted)
 
 
 @settings(max_examples=150, deadline=None)
 @given(events())
 def test_snapshot_round_trips_and_its_json_matches_to_json(event: EffectEvent) -> None:
-    raw = encode_snapshot(event)
+    raw = encode_snapshot(event, 42, ((3, event.event_id),))
     assert decode_snapshot(raw) == event
-    assert snapshot_json(raw) == event.to_json()
+    assert decode_stored(raw) == (event, 42, ((3, event.event_id),))
+    assert snapshot_json(raw) == {**event.to_json(), "logged_at": 42}
 
 
 def test_naive_and_aware_datetimes_convert_like_the_model() -> None:

@@ -21,6 +21,8 @@ from consumers.node.node import Node, NodeSettings
 from effectlog.client import StateClient
 from effectlog.codec import event_codec
 from effectlog.errors import BackendUnavailable, InvalidInput
+from effectlog.judge import CannotJudge, Query, worker_fingerprint
+from effectlog.judge.client import ClusterJudge
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.machine import advance
@@ -131,8 +133,8 @@ def test_an_unknown_key_also_waits_for_its_offset(node: Node, log: EventLog) -> 
 def test_a_wait_past_the_log_end_times_out_with_504(node: Node,
                                                     http: urllib3.PoolManager) -> None:
     answer = http.request("GET", f"{node.url}/v1/effects/{_key(0)}?min_offset=999&timeout_ms=50")
-    assert answer.status == 504 and "offset 999" in json.loads(answer.data)["error"]
-    with pytest.raises(BackendUnavailable, match="offset 999"):
+    assert answer.status == 504 and "short of 1000" in json.loads(answer.data)["error"]
+    with pytest.raises(BackendUnavailable, match="short of 1000"):
         StateClient(node.url).get(_key(0), min_offset=999, timeout_ms=50)
 
 
@@ -186,7 +188,7 @@ def test_a_second_node_on_the_same_state_directory_is_refused(node: Node, tmp_pa
                   "--http", "127.0.0.1:0")
     assert second.returncode == 4
     assert second.stderr.strip().splitlines()[-1].startswith(
-        f"error: state directory {tmp_path / 'state'} is in use by another effectlog serve")
+        f"error: state directory {tmp_path / 'state'} is in use by effectlog serve")
     assert StateClient(node.url).get(_key(0)).snapshot is not None  # the first one serves on
 
 
@@ -208,35 +210,58 @@ def test_gate_serves_a_partition_once_restored_and_wakes_waiters() -> None:
     assert gate.status(3) is None and not gate.wait(3, 1, 0.01)
 
 
-def test_a_lookup_answers_many_keys_as_they_stand(node: Node,
-                                                 http: urllib3.PoolManager) -> None:
-    keys = [_key(3), "agent:nope:x:y", _key(0), _key(3)]
-    answer = http.request("GET", f"{node.url}/v1/lookup", fields=[("key", k) for k in keys])
+def _judge_body(queries: list[dict[str, object]], judge: str | None = None) -> bytes:
+    return json.dumps({"judge": judge or worker_fingerprint(), "timeout_ms": 2000,
+                       "queries": queries}).encode()
+
+
+def test_the_judge_answers_many_keys_with_their_premises(node: Node, http: urllib3.PoolManager,
+                                                       log: EventLog) -> None:
+    keys = [_key(3), "agent:nope:x:y", _key(0)]
+    answer = http.request("POST", f"{node.url}/v1/judge",
+                          body=_judge_body([{"key": k} for k in keys]),
+                          headers={"Content-Type": "application/json"})
     assert answer.status == 200
     body = json.loads(answer.data)
     assert body["unanswered"] == []
-    found = {entry["key"]: entry for entry in body["found"]}
-    assert [entry["key"] for entry in body["found"]] == [_key(3), "agent:nope:x:y", _key(0)]
+    found = {entry["key"]: entry for entry in body["answers"]}
+    assert sorted(found) == sorted(keys)
     for key in (_key(3), _key(0)):
         single = http.request("GET", f"{node.url}/v1/effects/{key}")
         assert found[key]["snapshot"] == json.loads(single.data)
-        assert found[key]["partition"] == 0 and found[key]["served_by"] == node.url
-        assert found[key]["applied_offset"] == int(single.headers["Effectlog-Applied-Offset"])
+        assert found[key]["partition"] == 0
+        assert found[key]["applied"] == int(single.headers["Effectlog-Applied-Offset"])
+        assert found[key]["premises"] == {
+            "topic_id": log.identity(), "generation": single.headers["Effectlog-Generation"],
+            "judge": worker_fingerprint(), "served_by": node.url}
     assert found["agent:nope:x:y"]["snapshot"] is None
-    for fields in ([], [("key", f"k{i}") for i in range(257)]):
-        refused = http.request("GET", f"{node.url}/v1/lookup", fields=fields)
-        assert refused.status == 400 and "1 to 256 keys" in json.loads(refused.data)["error"]
 
 
-def test_reads_from_many_threads_share_lookups_and_match_single_reads(node: Node) -> None:
-    clients = [StateClient(node.url) for _ in range(8)]  # one per thread, as workers have
-    single = StateClient(node.url, batch_reads=False)
+def test_the_judge_refuses_bad_questions_and_unknown_fingerprints(
+        node: Node, http: urllib3.PoolManager) -> None:
+    def post(body: bytes) -> urllib3.BaseHTTPResponse:
+        return http.request("POST", f"{node.url}/v1/judge", body=body,
+                            headers={"Content-Type": "application/json"})
+
+    for body in (b"{", _judge_body([]), _judge_body([{"key": ""}]),
+                 _judge_body([{"key": "k", "written": [[-1, "e"]]}]),
+                 json.dumps({"queries": [{"key": "k"}]}).encode()):
+        refused = post(body)
+        assert refused.status == 400 and json.loads(refused.data)["error"], body
+    unknown = post(_judge_body([{"key": _key(0)}], judge="0123456789abcdef"))
+    assert unknown.status == 409 and json.loads(unknown.data)["reason"] == "cannot_judge"
+    with pytest.raises(CannotJudge, match="cannot judge"):
+        ClusterJudge(node.url, fingerprint="0123456789abcdef").ask([Query(_key(0))])
+
+
+def test_questions_from_many_threads_share_requests_and_match_single_ones(node: Node) -> None:
+    judge = ClusterJudge(node.url)  # shared by the threads, as a process's workers share it
     keys = [_key(i % 5) for i in range(400)] + ["agent:nope:x:y"] * 40
     answers: dict[int, object] = {}
 
     def read(start: int) -> None:
         for i in range(start, len(keys), 8):
-            answers[i] = clients[start].get(keys[i])
+            answers[i] = judge.ask([Query(keys[i])])[0].snapshot
 
     threads = [threading.Thread(target=read, args=(n,)) for n in range(8)]
     for thread in threads:
@@ -244,10 +269,9 @@ def test_reads_from_many_threads_share_lookups_and_match_single_reads(node: Node
     for thread in threads:
         thread.join(60)
         assert not thread.is_alive()
-    batcher = clients[0].batcher
-    assert batcher is not None and all(c.batcher is batcher for c in clients)
-    assert batcher.batches > 0 and single.batcher is None
+    assert judge.batched > 0
+    single = StateClient(node.url)
     for i, key in enumerate(keys):
-        assert answers[i] == single.get(key)
-    for client in [*clients, single]:
+        assert answers[i] == single.get(key).snapshot
+    for client in (judge, single):
         client.close()

@@ -120,7 +120,7 @@ def test_a_changed_entry_is_no_longer_outstanding(
     clock.offset = 10 * MIN
     recovery = consumer(log, tmp_path, clock)
     recovery.run_once()
-    Worker(log, "w2").reserve(key)  # someone claimed it: new epoch, still DISPATCHED
+    Worker(log, "w2").claim(key)  # someone claimed it: new epoch, still DISPATCHED
     clock.offset += 10 * MIN
     again = recovery.run_once().issued
     assert len(again) == 1 and again[0].observed_epoch == 2 and again[0].attempt == 1

@@ -24,7 +24,6 @@ from effectlog.errors import BackendUnavailable, Conflict
 from effectlog.log import open_log
 from effectlog.model import EffectEvent, State
 from effectlog.provider import FencedByProvider, Provider, ProviderError, ProviderFailed, ProviderTimeout
-from effectlog.view import StateView
 from effectlog.worker import EffectCall, EffectInDoubt, Worker
 from effectlog.worker.requests import Append, AppendAfter, Request
 
@@ -108,15 +107,6 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _view(server: str | None) -> StateView | None:
-    """On Kafka, read state through the supervisor's node (its query API)."""
-    if server is None:
-        return None
-    from effectlog.client import ClusterView
-
-    return ClusterView(server)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="effectlog demo worker process")
     parser.add_argument("--log", required=True)
@@ -129,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     provider = load_provider(args.provider)
     log = open_log(args.log)
-    worker = CrashingWorker(log, args.id, view=_view(args.server))
+    worker = CrashingWorker(log, args.id, server=args.server)  # on Kafka, the node's judge
     for line in sys.stdin:
         reply = run_job(worker, provider, json.loads(line))
         sys.stdout.write(json.dumps(reply) + "\n")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
@@ -24,14 +24,10 @@ from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.producer import AppendProducer, error_text
 from effectlog.log.kafka.reader import PartitionReader
 from effectlog.log.kafka.settings import KafkaSettings
-from effectlog.log.kafka.tail import KeyTail
 from effectlog.log.kafka.transactions import TransactionalAppender
-from effectlog.log.kafka.written import WrittenKeys
 from effectlog.redact import redact_url
 
 log = logging.getLogger(__name__)
-
-TAIL_WAIT_S = 0.25  # how long a writer waits for the key tail to read up to its range
 
 
 class KafkaLog(EventLog):
@@ -60,8 +56,6 @@ class KafkaLog(EventLog):
         self._reader = PartitionReader(settings)
         self._checked: dict[str, set[str]] = {"writer": set(), "reader": set()}
         self._identity: str | None = None
-        self._tails: dict[str, KeyTail] = {}
-        self._written = WrittenKeys()  # the events topic's records this process produced
 
     @classmethod
     def from_url(cls, url: str) -> KafkaLog:
@@ -101,33 +95,18 @@ class KafkaLog(EventLog):
     def partition_end(self, topic: str, partition: int) -> int:
         return self._ends(topic, [partition])[partition]
 
+    def acknowledged_ends(self, topic: str) -> dict[int, int]:
+        name = self.settings.topic(topic)
+        if name not in self._checked["reader"]:
+            with self._read_lock:
+                self._ensure_reader_topic(name)
+        with self._ends_lock:
+            return self._reader.end_offsets(name, list(range(self.settings.partitions)),
+                                            acknowledged=True)
+
     def read_before(self, topic: str, partition: int, offset: int, limit: int,
                     end: int) -> list[Record]:
         return self._read(topic, partition, offset, limit, 0.0, end)
-
-    def untouched(self, topic: str, key: str, start: int, end: int,
-                  own: Collection[int] = ()) -> bool:
-        """Answered from this process's own delivery reports when it wrote every record of
-        the range (:class:`WrittenKeys`: no read, no wait); else by a tail of the topic's
-        recent keys, started on the first such call (so that call cannot tell): ``False``
-        until the tail has read ``end`` of the key's partition, at most :data:`TAIL_WAIT_S`,
-        or when ``start`` lies before it."""
-        name = self.settings.topic(topic)
-        encoded = key.encode("utf-8")
-        partition = murmur2_partition(encoded, self.settings.partitions)
-        if self._written.untouched(topic, partition, encoded, start, end, own):
-            return True
-        tail = self._tails.get(name)
-        if tail is None:
-            with self._lock:
-                tail = self._tails.get(name)
-                if tail is None:
-                    try:
-                        tail = KeyTail(self.settings, name, functools.partial(self._all_ends, name))
-                    except BackendUnavailable:
-                        return False  # the caller's read will report the broker
-                    self._tails[name] = tail
-        return tail.untouched(partition, encoded, start, end, own, TAIL_WAIT_S)
 
     def identity(self) -> str:
         """The topic ID of ``<prefix>.events``: a topic deleted and created again under the
@@ -140,11 +119,8 @@ class KafkaLog(EventLog):
         with self._lock:
             handle, self._producer = self._producer, None
             transactions, self._transactions = self._transactions, None
-            tails, self._tails = list(self._tails.values()), {}
         if transactions is not None:
             transactions.close()
-        for tail in tails:
-            tail.close()
         if handle is not None:
             left = handle.close(self.settings.timeout_s)
             if left:
@@ -170,7 +146,7 @@ class KafkaLog(EventLog):
                 handle = self._producer = None
                 self._checked["writer"].clear()
             if handle is None:
-                handle = self._producer = AppendProducer(self.settings, self._written)
+                handle = self._producer = AppendProducer(self.settings)
             return handle
 
     def _check_partitions(self, name: str, found: int) -> None:

@@ -23,7 +23,6 @@ from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.log.base import Position
 from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
-from effectlog.log.kafka.written import WrittenKeys
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +56,10 @@ class Delivery:
     under the GIL, and a plain lock, held until the last report, is the cheapest latch.
     """
 
-    __slots__ = ("_latch", "_reported", "_total", "errors", "positions", "topic", "written")
+    __slots__ = ("_latch", "_reported", "_total", "errors", "positions", "topic")
 
-    def __init__(self, topic: str, count: int, written: WrittenKeys | None = None) -> None:
+    def __init__(self, topic: str, count: int) -> None:
         self.topic = topic
-        self.written = written
         self.positions: list[Position | None] = [None] * count
         self.errors: list[KafkaError] = []
         self._total = count
@@ -74,8 +72,6 @@ class Delivery:
         partition, offset = msg.partition(), msg.offset()
         if err is None and partition is not None and offset is not None and offset >= 0:
             self.positions[index] = Position(self.topic, partition, offset)
-            if self.written is not None:
-                self.written.note(self.topic, partition, offset, key)
         else:
             self.errors.append(err or KafkaError(KafkaError._FAIL, "delivery report without offset"))
         if next(self._reported) == self._total:
@@ -90,13 +86,11 @@ class AppendProducer:
     """A confluent Producer, the daemon thread serving its callbacks, and durable appends.
 
     ``stale`` is set after a failed delivery or a fatal error: the owner replaces the
-    producer (the broker may no longer know its producer id). Every delivered record is
-    noted in ``written`` when given.
+    producer (the broker may no longer know its producer id).
     """
 
-    def __init__(self, settings: KafkaSettings, written: WrittenKeys | None = None) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self.written = written
         self.stale = False
         self.producer = Producer({**producer_config(settings), "error_cb": self._on_error})
         self._stop = threading.Event()
@@ -120,7 +114,7 @@ class AppendProducer:
 
     def append(self, name: str, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         """Produce ``items`` to topic ``name`` and wait for every delivery report."""
-        delivery = Delivery(topic, len(items), self.written)
+        delivery = Delivery(topic, len(items))
         produce, partitions = self.producer.produce, self.settings.partitions
         budget = self.settings.timeout_s
         for index, (key, value) in enumerate(items):

@@ -61,6 +61,7 @@ class PartitionReader:
         self.settings = settings
         self._consumer: Consumer | None = None
         self._offsets: Consumer | None = None  # ListOffsets only: never fetches
+        self._acknowledged: Consumer | None = None  # the same, at read_uncommitted
         self._cursor: tuple[str, int, int] | None = None  # assignment: (topic, partition, next)
 
     @property
@@ -81,16 +82,30 @@ class PartitionReader:
             })
         return self._offsets
 
+    @property
+    def acknowledged_client(self) -> Consumer:
+        """ListOffsets at ``read_uncommitted``: the high watermark, past open transactions."""
+        if self._acknowledged is None:
+            self._acknowledged = Consumer({
+                **reader_config(self.settings), "isolation.level": "read_uncommitted",
+                "error_cb": lambda err: log.debug("kafka offsets client error: %s", err.str()),
+            })
+        return self._acknowledged
+
     def unavailable(self, detail: str) -> BackendUnavailable:
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
 
-    def end_offsets(self, name: str, partitions: Sequence[int]) -> dict[int, int]:
+    def end_offsets(self, name: str, partitions: Sequence[int],
+                    acknowledged: bool = False) -> dict[int, int]:
         """The next offset to be read at the end of each partition (one ListOffsets request;
-        retried while a new topic's leaders become known or a restarted broker catches up)."""
+        retried while a new topic's leaders become known or a restarted broker catches up).
+        ``acknowledged``: the high watermark (every acknowledged record, those after an open
+        transaction too) instead of the last stable offset a ``read_committed`` reader ends at."""
         deadline = time.monotonic() + self.settings.timeout_s
+        client = self.acknowledged_client if acknowledged else self.offsets_client
         while True:
             try:
-                found = self.offsets_client.offsets_for_times(
+                found = client.offsets_for_times(
                     [TP(name, p, OFFSET_END) for p in partitions], timeout=self.settings.timeout_s)
                 errors = [tp.error for tp in found if tp.error is not None]
                 if not errors:
@@ -105,7 +120,7 @@ class PartitionReader:
                 raise self.unavailable(f"no end offsets for {name}: {error.str()}")
             time.sleep(0.02)
             with contextlib.suppress(KafkaException):  # refresh the leaders
-                self.offsets_client.list_topics(name, timeout=self.settings.timeout_s)
+                client.list_topics(name, timeout=self.settings.timeout_s)
         ends = {}
         for tp in found:
             if tp.offset < 0:
@@ -201,8 +216,8 @@ class PartitionReader:
         return len(topic.partitions)
 
     def close(self) -> None:
-        clients = (self._consumer, self._offsets)
-        self._consumer, self._offsets, self._cursor = None, None, None
+        clients = (self._consumer, self._offsets, self._acknowledged)
+        self._consumer, self._offsets, self._acknowledged, self._cursor = None, None, None, None
         for client in clients:
             if client is not None:
                 client.close()
