@@ -90,9 +90,11 @@ def build(db: Path) -> MCPServer:
         return {"charge_id": f"ch_{row[0]}", "customer": row[1], "amount": row[2]}
 
     @app.tool()
-    async def send_email(to: str, subject: str, ctx: Context, trace_id: str = "") -> str:
+    async def send_email(to: str, subject: str, ctx: Context, trace_id: str = "",
+                         message_id: str = "") -> str:
         """Send one email (every call sends)."""
-        n = count("send_email", {"to": to, "subject": subject, "trace_id": trace_id}, ctx)
+        n = count("send_email", {"to": to, "subject": subject, "trace_id": trace_id,
+                                 "message_id": message_id}, ctx)
         return f"sent #{n} to {to}"
 
     @app.tool()

@@ -44,6 +44,7 @@ class UpstreamSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    retention_s: float = 0.0             # how long the upstream keeps results by key
 
     def describe(self) -> str:
         return self.url if self.url else shlex.join(self.command)
@@ -102,12 +103,13 @@ class ProxyConfig:
             raise InvalidInput("give the upstream as a command or as --upstream-url, not both")
         upstream = UpstreamSpec(command=command, url=_url(url) if url else None,
                                 env=self.upstream.env, cwd=self.upstream.cwd,
-                                timeout_s=self.upstream.timeout_s)
+                                timeout_s=self.upstream.timeout_s,
+                                retention_s=self.upstream.retention_s)
         return ProxyConfig(upstream, self.effects, self.passthrough, self.source)
 
 
 _TOP = {"upstream", "effects", "proxy"}
-_UPSTREAM = {"command", "url", "env", "cwd", "timeout"}
+_UPSTREAM = {"command", "url", "env", "cwd", "timeout", "retention"}
 _PROXY = {"passthrough"}
 _EFFECT = {"kind", "target", "exclude", "secret", "operation_id", "key_argument",
            "epoch_argument", "lookup", "lookup_argument", "lookup_complete"}
@@ -202,7 +204,9 @@ def _upstream(body: Mapping[str, Any], where: str) -> UpstreamSpec:
     return UpstreamSpec(command=tuple(command), url=_url(url) if url is not None else None,
                         env=dict(env), cwd=cwd,
                         timeout_s=_seconds(body.get("timeout", DEFAULT_TIMEOUT_S),
-                                           f"{where} [upstream] timeout"))
+                                           f"{where} [upstream] timeout"),
+                        retention_s=_seconds(body["retention"], f"{where} [upstream] retention")
+                        if "retention" in body else 0.0)
 
 
 def _effect(tool: str, body: Mapping[str, Any], where: str) -> ToolEffect:

@@ -29,6 +29,7 @@ from effectlog.mcp import results
 from effectlog.mcp.config import ToolEffect
 from effectlog.mcp.operations import RUN_META, OperationIds
 from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, UpstreamRefused
+from effectlog.model import EffectEvent
 from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class EffectCaller:
                 sent = call
                 return await self._send(effect, params, call)
         except EffectInDoubt as exc:
-            return results.in_doubt(exc.event, effect)
+            return await self._settled_since(exc.event, effect)
         except PayloadMismatch as exc:
             return results.refused(f"this operation was already called with other arguments "
                                    f"({exc})", key=_key(operation_id, effect, target))
@@ -88,7 +89,8 @@ class EffectCaller:
     async def _send(self, effect: ToolEffect, params: Mapping[str, Any],
                     call: AsyncEffectCall) -> types.CallToolResult:
         try:
-            answer = await self.upstream.call_effect(outgoing(effect, params, call))
+            answer = await self.upstream.call_effect(
+                outgoing(effect, params, call.key, call.fencing_epoch))
         except UpstreamRefused as exc:
             await call.failed(results.refusal_record(exc.error))
             raise MCPError.from_error_data(exc.error) from None
@@ -99,6 +101,15 @@ class EffectCaller:
             event = await call.succeeded(record)
         return results.tool_result(record, call.key, event.state, replayed=False)
 
+    async def _settled_since(self, event: EffectEvent, effect: ToolEffect) -> types.CallToolResult:
+        """In doubt as the worker last saw it: read the key again, since a reconciler or a
+        person may have settled it meanwhile (a long-lived worker keeps what it saw)."""
+        try:
+            fresh = await self.worker.get(event.idempotency_key)
+        except EffectlogError:
+            fresh = None
+        return results.replay(fresh or event, effect)
+
     async def _current(self, call: AsyncEffectCall) -> Any:
         """The key's state now, for the in-doubt answer (the dispatched event if unreadable)."""
         try:
@@ -107,20 +118,21 @@ class EffectCaller:
             return call.event
 
 
-def outgoing(effect: ToolEffect, params: Mapping[str, Any],
-             call: AsyncEffectCall) -> dict[str, Any]:
+def outgoing(effect: ToolEffect, params: Mapping[str, Any], key: str,
+             epoch: int) -> dict[str, Any]:
     """The raw params the upstream gets: the key and epoch set where configured and in
     ``_meta``; the proxy's own run id left out."""
     out = dict(params)
     arguments = dict(params.get("arguments") or {})
     if effect.key_argument:
-        arguments[effect.key_argument] = call.key
+        arguments[effect.key_argument] = key
     if effect.epoch_argument:
-        arguments[effect.epoch_argument] = call.fencing_epoch
+        arguments[effect.epoch_argument] = epoch
+    out["name"] = effect.tool
     out["arguments"] = arguments
     meta = {k: v for k, v in dict(params.get("_meta") or {}).items() if k != RUN_META}
-    meta[results.META_KEY] = call.key
-    meta[results.META_EPOCH] = call.fencing_epoch
+    meta[results.META_KEY] = key
+    meta[results.META_EPOCH] = epoch
     out["_meta"] = meta
     return out
 

@@ -83,12 +83,14 @@ class Upstream:
         self.connects = 0
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[Upstream]:
-        """Connect (raising :class:`UpstreamUnavailable`) and keep the connection until exit."""
+    async def running(self, *, connect: bool = True) -> AsyncIterator[Upstream]:
+        """Keep a connection until exit; with ``connect``, connect first (raising
+        :class:`UpstreamUnavailable`), else on the first call."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
-                await self.session()
+                if connect:
+                    await self.session()
                 yield self
             finally:
                 if self._conn is not None:
