@@ -5,11 +5,13 @@ call then returns the recorded result. The upstream counts every call it receive
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from effectlog.log import open_log
 from effectlog.model import State
@@ -41,6 +43,20 @@ def db(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "release").touch()  # an orphaned upstream still holding: let it end
 
 
+async def kill_mid_call(server: StdioProxy | str, send: Callable[[Client], Awaitable[Any]],
+                        db: Path, kill: Callable[[], None]) -> None:
+    """Send a call through the proxy, wait until the upstream received it (it holds the
+    answer), then SIGKILL the proxy: forwarded, the answer not recorded."""
+    async def sending(client: Client) -> None:
+        await send(client)
+
+    with pytest.raises(Exception):  # noqa: B017 - the client's connection dies with the proxy
+        async with agent(server) as client, anyio.create_task_group() as tg:
+            tg.start_soon(sending, client)
+            await wait_for(lambda: len(calls(db, "charge")) == 1, 30, "the call arrives")
+            kill()
+
+
 def settle(log_url: str, tmp: Path, config: Path) -> list[str]:
     """project, recover and reconcile --once through the CLI; the reconcile JSON lines."""
     state = tmp / "state"
@@ -66,12 +82,8 @@ def test_a_killed_stdio_proxy_leaves_the_call_in_doubt_until_the_lookup_tool_set
 
     async def scenario() -> None:
         first = StdioProxy(tmp_path, log_url, config, "--run-id", "crash-1", name="first")
-        with pytest.raises(Exception):  # noqa: B017 - the connection dies with the proxy
-            async with agent(first) as client:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(client.call_tool, "charge", CHARGE)
-                    await wait_for(lambda: len(calls(db, "charge")) == 1, 30, "the call arrives")
-                    first.kill()  # forwarded, the answer not recorded yet
+        await kill_mid_call(first, lambda client: client.call_tool("charge", CHARGE), db,
+                            first.kill)
         assert state_of(log_url, key) is State.DISPATCHED
 
         second = StdioProxy(tmp_path, log_url, config, "--run-id", "crash-1", name="second")
@@ -108,13 +120,8 @@ def test_a_killed_http_proxy_in_front_of_an_http_upstream_settles_the_same_way(
         async def scenario() -> None:
             first = Background.proxy(tmp_path, log_url, config, name="first")
             try:
-                with pytest.raises(Exception):  # noqa: B017 - the proxy dies mid-call
-                    async with agent(first.url) as client:
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(call_with_key, client, "charge", CHARGE, sep_key)
-                            await wait_for(lambda: len(calls(db, "charge")) == 1, 30,
-                                           "the call arrives")
-                            first.kill()
+                await kill_mid_call(first.url, lambda client: call_with_key(
+                    client, "charge", CHARGE, sep_key), db, first.kill)
             finally:
                 first.stop()
             assert state_of(log_url, key) is State.DISPATCHED
