@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -145,4 +146,58 @@ def test_a_killed_http_proxy_in_front_of_an_http_upstream_settles_the_same_way(
     finally:
         (tmp_path / "release").touch()
         upstream.stop()
+    assert len(calls(db, "charge")) == 1
+
+
+@pytest.mark.kafka
+def test_on_kafka_the_call_stays_in_doubt_until_serve_settles_it_by_the_lookup_tool(
+        tmp_path: Path, db: Path, kafka_url: str) -> None:
+    """On Kafka the proxy reads through `effectlog serve`; a serve started with
+    ``--provider mcp:`` settles the killed call by itself."""
+    from tests.cluster_support import Serve, answer, wait_until
+
+    config = write_config(tmp_path, db)
+    key = "agent:kafka-1.1:payment.charge:customer:c-42"
+    state = tmp_path / "state"
+    quiet = Serve(tmp_path, "quiet", kafka_url, None, state, "--stuck-after", "1h")
+    try:
+        wait_until(lambda: len(quiet.serving()) == 6, 60, "serve owns every partition")
+
+        async def in_doubt() -> None:
+            first = StdioProxy(tmp_path, kafka_url, config, "--run-id", "kafka-1", "--server",
+                               quiet.url, name="first")
+            await kill_mid_call(first, lambda client: client.call_tool("charge", CHARGE), db,
+                                first.kill)
+            second = StdioProxy(tmp_path, kafka_url, config, "--run-id", "kafka-1", "--server",
+                                quiet.url, name="second")
+            async with agent(second) as client:
+                doubt = await client.call_tool("charge", CHARGE)
+                assert doubt.is_error and "in doubt" in text(doubt), text(doubt)
+                assert meta(doubt)["effectlog/idempotencyKey"] == key
+
+        anyio.run(in_doubt)
+    finally:
+        quiet.stop()
+
+    settling = Serve(tmp_path, "settling", kafka_url, None, state, "--provider",
+                     f"mcp://{config}")
+    try:
+        def settled() -> bool:
+            status, body = answer(f"{settling.url}/v1/effects/{quote(key, safe='')}")
+            return status == 200 and body.get("state") == "SUCCEEDED"
+
+        wait_until(settled, 60, "serve's reconciler records the lookup's result")
+
+        async def replayed() -> None:
+            third = StdioProxy(tmp_path, kafka_url, config, "--run-id", "kafka-1", "--server",
+                               settling.url, name="third")
+            async with agent(third) as client:
+                result = await client.call_tool("charge", CHARGE)
+                assert not result.is_error, text(result)
+                assert result.structured_content == {"charge_id": "ch_1", "customer": "c-42",
+                                                     "amount": 1200}
+
+        anyio.run(replayed)
+    finally:
+        settling.stop()
     assert len(calls(db, "charge")) == 1
