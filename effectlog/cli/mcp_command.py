@@ -24,7 +24,7 @@ DEFAULT_PATH = "/mcp"
                    "argument (default: one made up per process; a request's "
                    "_meta effectlog/runId wins).")
 @click.option("--server", envvar="EFFECTLOG_SERVER", show_envvar=True, default=None,
-              metavar="URL", help="An `effectlog serve` instance to read state through "
+              metavar="URL", help="An effectlog serve instance to read state through "
                                   "(required on a Kafka log).")
 @click.option("--worker-id", default=None, help="Writer identity (default mcp:HOST:PID).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ARGS...]")
