@@ -29,10 +29,18 @@ from effectlog.mcp import results
 from effectlog.mcp.config import ToolEffect
 from effectlog.mcp.operations import RUN_META, OperationIds
 from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, UpstreamRefused
-from effectlog.model import EffectEvent
+from effectlog.model import EffectEvent, State
 from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt
 
 logger = logging.getLogger(__name__)
+
+
+
+class _Retry:
+    """What :meth:`EffectCaller._perform` returns when the call should be made once more."""
+
+
+RETRY = _Retry()
 
 
 class EffectCaller:
@@ -57,10 +65,15 @@ class EffectCaller:
         await self.upstream.session()  # unreachable: an MCP error before anything is written
         with anyio.CancelScope(shield=True):  # once dispatched, the outcome is recorded
             answer = await self._perform(effect, params, operation.operation_id, target, payload)
+            if isinstance(answer, _Retry):  # approved for a retry since this worker saw it
+                answer = await self._perform(effect, params, operation.operation_id, target,
+                                             payload, again=True)
+        assert isinstance(answer, types.CallToolResult)
         return answer
 
     async def _perform(self, effect: ToolEffect, params: Mapping[str, Any], operation_id: str,
-                       target: str, payload: dict[str, Any]) -> types.CallToolResult:
+                       target: str, payload: dict[str, Any], *, again: bool = False
+                       ) -> types.CallToolResult | _Retry:
         sent: AsyncEffectCall | None = None
         try:
             async with self.worker.effect(operation_id, effect.kind, target, payload,
@@ -70,7 +83,7 @@ class EffectCaller:
                 sent = call
                 return await self._send(effect, params, call)
         except EffectInDoubt as exc:
-            return await self._settled_since(exc.event, effect)
+            return await self._settled_since(exc.event, effect, again)
         except PayloadMismatch as exc:
             return results.refused(f"this operation was already called with other arguments "
                                    f"({exc})", key=_key(operation_id, effect, target))
@@ -101,13 +114,17 @@ class EffectCaller:
             event = await call.succeeded(record)
         return results.tool_result(record, call.key, event.state, replayed=False)
 
-    async def _settled_since(self, event: EffectEvent, effect: ToolEffect) -> types.CallToolResult:
+    async def _settled_since(self, event: EffectEvent, effect: ToolEffect,
+                             again: bool) -> types.CallToolResult | _Retry:
         """In doubt as the worker last saw it: read the key again, since a reconciler or a
-        person may have settled it meanwhile (a long-lived worker keeps what it saw)."""
+        person may have settled it meanwhile (a long-lived worker keeps what it saw);
+        :data:`RETRY` when it was approved for a retry (back to RESERVED)."""
         try:
             fresh = await self.worker.get(event.idempotency_key)
         except EffectlogError:
             fresh = None
+        if fresh is not None and fresh.state in (State.CREATED, State.RESERVED) and not again:
+            return RETRY
         return results.replay(fresh or event, effect)
 
     async def _current(self, call: AsyncEffectCall) -> Any:

@@ -21,6 +21,7 @@ from tests.mcp_support import (
     StdioProxy,
     agent,
     call_with_key,
+    cli,
     meta,
     text,
     upstream_command,
@@ -325,3 +326,30 @@ def test_passthrough_read_only_refuses_tools_that_are_neither_effects_nor_read_o
 
     anyio.run(scenario)
     assert not calls(db, "send_email")
+
+
+def test_an_effect_a_person_approves_for_retry_is_sent_again_on_the_next_call(
+        tmp_path: Path) -> None:
+    db = tmp_path / "upstream.db"
+    log_url = f"sqlite:///{tmp_path}/log.db"
+    proxy = StdioProxy(tmp_path, log_url, write_config(tmp_path, db, timeout="1s"))
+    key = "agent:ap-1:payment.charge:customer:ap"
+    args = {"customer": "ap", "amount": 9}
+    (tmp_path / "hold").touch()  # the upstream holds its answer past the proxy's timeout
+
+    async def scenario() -> None:
+        async with agent(proxy) as client:
+            doubt = await call_with_key(client, "charge", args, "ap-1")
+            assert doubt.is_error and meta(doubt)["effectlog/state"] == "UNKNOWN", text(doubt)
+            (tmp_path / "hold").unlink()
+            (tmp_path / "release").touch()
+            decided = cli(log_url, tmp_path / "state", "approve", key, "--decision", "retry",
+                          "--by", "ops", "--reason", "the charge is not in the dashboard")
+            assert decided.returncode == 0, decided.stderr
+            retried = await call_with_key(client, "charge", args, "ap-1")
+            assert not retried.is_error and meta(retried)["effectlog/replayed"] is False
+            again = await call_with_key(client, "charge", args, "ap-1")
+            assert again.structured_content == retried.structured_content
+
+    anyio.run(scenario)
+    assert len(calls(db, "charge")) == 2  # the first (lost) and the approved retry
