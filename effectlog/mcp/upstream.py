@@ -80,7 +80,6 @@ class Upstream:
         self._tg: TaskGroup | None = None
         self._conn: _Connection | None = None
         self._lock = anyio.Lock()
-        self.connects = 0
 
     @asynccontextmanager
     async def running(self, *, connect: bool = True) -> AsyncIterator[Upstream]:
@@ -119,7 +118,6 @@ class Upstream:
         try:
             async with Client(self._server(), cache=None) as client:
                 conn = _Connection(client)
-                self.connects += 1
                 task_status.started(conn)
                 await conn.closing.wait()
         except Exception as exc:

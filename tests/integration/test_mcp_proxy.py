@@ -353,3 +353,36 @@ def test_an_effect_a_person_approves_for_retry_is_sent_again_on_the_next_call(
 
     anyio.run(scenario)
     assert len(calls(db, "charge")) == 2  # the first (lost) and the approved retry
+
+
+def test_the_proxy_connects_again_when_the_upstream_comes_back(tmp_path: Path) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    db = tmp_path / "upstream.db"
+    upstream = Background.upstream(tmp_path, db)
+    proxy = StdioProxy(tmp_path, f"sqlite:///{tmp_path}/log.db",
+                       write_config(tmp_path, db, url=upstream.url))
+    outcomes: list[bool] = []
+
+    async def scenario() -> None:
+        nonlocal upstream
+        async with agent(proxy) as client:
+            assert not (await client.call_tool("get_balance", {"customer": "r"})).is_error
+            upstream.kill()
+            upstream = Background([*upstream.process.args[1:]], tmp_path / "again.err",
+                                  upstream.port)
+            for _ in range(3):  # the first call may meet the lost connection
+                try:
+                    result = await client.call_tool("get_balance", {"customer": "r"})
+                except MCPError:
+                    outcomes.append(False)
+                    continue
+                outcomes.append(not result.is_error)
+                if outcomes[-1]:
+                    break
+
+    try:
+        anyio.run(scenario)
+    finally:
+        upstream.stop()
+    assert outcomes[-1] is True and len(outcomes) <= 2, outcomes
