@@ -7,12 +7,14 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
+from mcp.shared.exceptions import MCPError
+
 from effectlog.log.base import EventLog
 from effectlog.mcp.config import ProxyConfig, check_tools
 from effectlog.mcp.effects import EffectCaller
 from effectlog.mcp.operations import OperationIds
 from effectlog.mcp.server import Listening, Proxy, announce, read_only, unguarded
-from effectlog.mcp.upstream import Upstream
+from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, UpstreamUnavailable
 from effectlog.redact import redact_url
 from effectlog.worker import AsyncWorker, default_worker_id
 
@@ -39,7 +41,10 @@ async def run_proxy(config: ProxyConfig, log: EventLog, settings: ProxySettings)
     async with AsyncWorker(log, settings.worker_id, server=settings.server) as worker:
         upstream = Upstream(config.upstream)
         async with upstream.running():
-            tools = await upstream.all_tools()
+            try:
+                tools = await upstream.all_tools()
+            except (UpstreamInDoubt, MCPError) as exc:
+                raise UpstreamUnavailable(f"the upstream did not list its tools: {exc}") from exc
             check_tools(config, {t.name: dict(t.input_schema) for t in tools})
             loose = unguarded(config, tools)
             if loose and config.passthrough == "all":

@@ -28,7 +28,12 @@ from effectlog.keys import make_key
 from effectlog.mcp import results
 from effectlog.mcp.config import ToolEffect
 from effectlog.mcp.operations import RUN_META, OperationIds
-from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, UpstreamRefused
+from effectlog.mcp.upstream import (
+    Upstream,
+    UpstreamInDoubt,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
 from effectlog.model import EffectEvent, State
 from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt
 
@@ -62,7 +67,10 @@ class EffectCaller:
             payload = effect.payload(arguments)
         except InvalidInput as exc:
             return results.refused(str(exc))
-        await self.upstream.session()  # unreachable: an MCP error before anything is written
+        try:
+            await self.upstream.session()  # connect before anything is written
+        except UpstreamUnavailable as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=f"{exc}; nothing was sent") from exc
         with anyio.CancelScope(shield=True):  # once dispatched, the outcome is recorded
             answer = await self._perform(effect, params, operation.operation_id, target, payload)
             if isinstance(answer, _Retry):  # approved for a retry since this worker saw it

@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from effectlog.mcp import results
 from effectlog.mcp.config import ProxyConfig
 from effectlog.mcp.effects import EffectCaller
-from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, forwarded
+from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, UpstreamUnavailable, forwarded
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Proxy:
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         try:
             page = await self.upstream.list_tools(params.cursor if params else None)
-        except UpstreamInDoubt as exc:
+        except (UpstreamInDoubt, UpstreamUnavailable) as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"upstream: {exc}") from exc
         return types.ListToolsResult(tools=page.tools, next_cursor=page.next_cursor)
 
@@ -72,7 +72,7 @@ class Proxy:
                                    f"{self.config.source} nor read-only (passthrough = read-only)")
         try:
             answer = await self.upstream.call_tool(forwarded(raw))
-        except UpstreamInDoubt as exc:
+        except (UpstreamInDoubt, UpstreamUnavailable) as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"upstream: {exc}") from exc
         record = results.record_of(answer)
         return types.CallToolResult.model_validate(record)

@@ -144,6 +144,9 @@ class Upstream:
         except MCPError as exc:
             self._note(exc)
             raise
+        except Exception as exc:  # the transport failed: connect again next time
+            self.mark_broken()
+            raise UpstreamInDoubt(_describe(exc)) from exc
 
     async def all_tools(self) -> list[types.Tool]:
         """Every tool, through at most ``MAX_PAGES`` pages."""
