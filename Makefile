@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) bench/cluster_restore.py
 	$(PY) bench/cluster_api.py
 	$(PY) bench/cluster_failover.py
+	$(PY) bench/mcp_proxy.py
 
 # The web console's screenshots in docs/ (README), taken by the browser test in Chromium.
 console-screenshots: $(STAMP)
