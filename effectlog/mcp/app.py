@@ -53,9 +53,8 @@ async def run_proxy(config: ProxyConfig, log: EventLog, settings: ProxySettings)
             session = await upstream.session()
             proxy = Proxy(config, upstream, EffectCaller(worker, upstream, ids),
                           read_only(tools), session.instructions)
-            where = "stdio" if settings.listening.host is None else \
-                f"http://{settings.listening.host}:{settings.listening.port}{settings.listening.path}"
-            announce(f"{len(config.effects)} effect tool(s) of {len(tools)} from "
-                     f"{config.upstream.describe()} on {redact_url(log.url)}, run id {ids.run_id}, "
-                     f"serving on {where}")
-            await proxy.serve(settings.listening)
+            summary = (f"{len(config.effects)} effect tool(s) of {len(tools)} from "
+                       f"{config.upstream.describe()} on {redact_url(log.url)}, run id "
+                       f"{ids.run_id}")
+            await proxy.serve(settings.listening,
+                              lambda where: announce(f"{summary}, serving on {where}"))

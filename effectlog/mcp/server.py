@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
@@ -29,6 +30,7 @@ from effectlog.mcp.upstream import Upstream, UpstreamInDoubt, UpstreamUnavailabl
 logger = logging.getLogger(__name__)
 
 NAME = "effectlog-mcp"
+STARTUP_S = 30.0  # how long the HTTP listener may take to bind before the start line is skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +79,12 @@ class Proxy:
         record = results.record_of(answer)
         return types.CallToolResult.model_validate(record)
 
-    async def serve(self, where: Listening) -> None:
-        """Serve until the client goes away (stdio) or SIGTERM/SIGINT (HTTP)."""
+    async def serve(self, where: Listening, ready: Callable[[str], None]) -> None:
+        """Serve until the client goes away (stdio) or SIGTERM/SIGINT (HTTP); ``ready`` is
+        told where (``stdio`` or the URL, with the port picked for port 0)."""
         if where.host is None:
             async with stdio_server() as (read, write):
+                ready("stdio")
                 await self.server.run(read, write, self.server.create_initialization_options())
             return
         import uvicorn
@@ -89,7 +93,15 @@ class Proxy:
         config = uvicorn.Config(app, host=where.host, port=where.port, log_level="warning",
                                 lifespan="on")
         http = uvicorn.Server(config)
-        await http.serve()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(http.serve)
+            with anyio.move_on_after(STARTUP_S):
+                while not http.started and not http.should_exit:
+                    await anyio.sleep(0.01)
+            if http.started:
+                port = http.servers[0].sockets[0].getsockname()[1] if http.servers else where.port
+                host = f"[{where.host}]" if ":" in where.host else where.host
+                ready(f"http://{host}:{port}{where.path}")
 
 
 def unguarded(config: ProxyConfig, tools: list[types.Tool]) -> list[str]:
