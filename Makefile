@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/cluster_restore.py
 	$(PY) bench/cluster_api.py
 	$(PY) bench/cluster_failover.py
+	$(PY) bench/mcp_proxy.py
 
 # The documentation site (mkdocs.yml, docs/): strict, so a broken link or a missing page fails
 # the build. NO_MKDOCS_2_WARNING silences the theme's banner about MkDocs 2.0 (we pin mkdocs<2).

@@ -1,4 +1,5 @@
-"""Provider adapters: the bundled fake, the HTTP Idempotency-Key adapter, and a factory."""
+"""Provider adapters: the bundled fake, the HTTP Idempotency-Key adapter, MCP tools, and a
+factory."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def load_provider(spec: str) -> Provider:
 
     - ``fake:///path/provider.db[?lookup_complete=0&dedupe=0&retention_s=N]``: the fake;
     - ``http://host:port[?lookup_complete=1&retention_s=N&timeout_s=S]``: the HTTP adapter;
+    - ``mcp:///path/effects.toml``: the tools of an ``effectlog mcp`` upstream, by its config;
     - ``package.module:factory``: a user's adapter, ``factory()`` returning a provider.
     """
     if spec.startswith("fake://"):
@@ -25,10 +27,14 @@ def load_provider(spec: str) -> Provider:
         from consumers.providers.http import HttpProvider
 
         return HttpProvider.from_url(spec)
+    if spec.startswith("mcp:"):
+        from consumers.providers.mcp_tools import McpToolsProvider
+
+        return McpToolsProvider.from_url(spec)
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute or "/" in spec:
-        raise InvalidInput(f"bad provider {spec!r}: use module:factory, fake:///path.db or "
-                           "http://host:port")
+        raise InvalidInput(f"bad provider {spec!r}: use module:factory, fake:///path.db, "
+                           "http://host:port or mcp:///path/effects.toml")
     try:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:

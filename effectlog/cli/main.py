@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "serve": "effectlog.cli.serve_command:serve",
     "replay": "effectlog.cli.replay_command:replay",
     "demo": "effectlog.cli.demo_command:demo",
+    "mcp": "effectlog.cli.mcp_command:mcp",
 }
 
 HELP: dict[str, str] = {
@@ -50,6 +51,7 @@ HELP: dict[str, str] = {
     "serve": "Projector, recovery and reconciler in one process, with /metrics.",
     "replay": "Stream the log for audits (JSON lines or Avro) and verify histories.",
     "demo": "Simulated agent workload with crashes: effectlog against naive retries.",
+    "mcp": "An MCP server in front of another, its side-effecting tools made effects.",
 }
 
 

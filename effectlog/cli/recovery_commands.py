@@ -135,7 +135,8 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
 
 @click.command()
 @click.option("--provider", "provider_spec", required=True, metavar="SPEC",
-              help="module:factory, fake:///path/provider.db or http://host:port")
+              help="module:factory, fake:///path/provider.db, http://host:port or "
+                   "mcp:///path/effects.toml")
 @click.option("--once", is_flag=True, help="Handle the commands there are now, then exit.")
 @click.option("--worker-id", default=None, help="Writer identity (default reconciler:HOST:PID).")
 @click.option("--auto-retry", multiple=True, metavar="KIND",

@@ -49,7 +49,7 @@ def parse_http(text: str) -> tuple[str, int]:
               help="How long a silent member keeps its partitions (Kafka group session).")
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
               help="Run the reconciler against this provider (module:factory, fake:///path, "
-                   "http://host:port).")
+                   "http://host:port, mcp:///path/effects.toml).")
 @click.option("--console-token", envvar="EFFECTLOG_CONSOLE_TOKEN", default=None, metavar="TOKEN",
               help="Lets people who log in with it retry or abandon effects from the web "
                    "console at / (env EFFECTLOG_CONSOLE_TOKEN); without it the console is "

@@ -56,7 +56,7 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["state"] == "CREATED"
-    for command in ("demo", "project", "reconcile", "serve", "replay", "get"):
+    for command in ("demo", "project", "reconcile", "serve", "replay", "get", "mcp"):
         helped = subprocess.run([str(env_dir / "bin" / "effectlog"), command, "--help"],
                                 cwd=work, env=env, capture_output=True, text=True, timeout=60)
         assert helped.returncode == 0, (command, helped.stderr)
