@@ -3,18 +3,17 @@
 The floor of one perform is what any correct worker must wait for: two sequential acks=all
 produce round trips (the dispatch before the call, the outcome after it) and one end-offsets
 request (to know the key's state is current), made with bare confluent-kafka. effectlog's
-perform reads the key through the query API as it stands (no wait, no ListOffsets; threads
-asking while a read is in flight share the next request, ``GET /v1/lookup``), appends
-CREATE+RESERVE+DISPATCH in one ordered produce, knows its claim won when no other record of the
-key sits between the read's snapshot and its records (they landed right there, or the worker's
-key tail saw only other keys in between; else it asks the API with ``?min_offset=``), calls the
-provider (a no-op here), and appends RECORD on its own accepted dispatch, judged the same way.
-Throughput with 1, 8 and 32 threads sharing one log is compared with bare threads producing
-the same records in the same pattern, on topics of their own, once before and once after
-effectlog's phase (the mean of the two). The run's topics are deleted at the end, so a shared
-broker does not collect them.
+perform asks the judge of ``serve`` for the key as it stands (``POST /v1/judge``, no wait),
+appends CREATE+RESERVE+DISPATCH in one ordered produce, asks the judge for its verdict on
+exactly those events (answered once serve has applied them), calls the provider (a no-op
+here) only on a positive verdict on its DISPATCH, appends RECORD and waits for the verdict on
+it. Throughput with 1, 8 and 32 threads sharing one log and one judge client (questions from
+threads meeting in flight go out together) is compared with bare threads producing the same
+records in the same pattern, on topics of their own, once before and once after effectlog's
+phase (the mean of the two). The run's topics are deleted at the end, so a shared broker does
+not collect them.
 
-Usage: python bench/kafka_worker.py [--samples N] [--effects N] [--unshared-reads]
+Usage: python bench/kafka_worker.py [--samples N] [--effects N]
 The last line gives perform's p50 as a ratio to the floor, and 32 threads' throughput as a
 ratio to the bare writers, with the absolute figures.
 """
@@ -31,18 +30,16 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from _common import broker_pid, cpu_seconds, kafka_bootstrap, percentile, run_topics, threaded
 from confluent_kafka import OFFSET_END, Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 
-from effectlog.client import ClusterView, StateClient
+from effectlog.judge.client import ClusterJudge
 from effectlog.log import EVENTS, open_log
 from effectlog.log.kafka import KafkaSettings, murmur2_partition
 from effectlog.log.kafka.producer import producer_config
 from effectlog.log.kafka.reader import reader_config
-from effectlog.lookups import LookupBatcher
 from effectlog.worker import Worker
 from tests.cluster_support import Serve, wait_until
 
@@ -85,9 +82,10 @@ class Bare:
         self.offsets.close()
 
 
-def bench_append(url: str, bare: Bare, keys: int = 2500) -> tuple[float, float]:
-    """``effectlog append`` of 4 transitions per key (10,000 lines for 2,500 keys) as a user
-    runs it (a process reading stdin), against bare pipelined produces of as many records."""
+def bench_append(url: str, server: str, bare: Bare, keys: int = 2500) -> tuple[float, float]:
+    """``effectlog append --server`` of 4 transitions per key (10,000 lines for 2,500 keys) as
+    a user runs it (a process reading stdin, every line judged), against bare pipelined
+    produces of as many records."""
     import json
 
     run = uuid.uuid4().hex[:6]
@@ -99,7 +97,8 @@ def bench_append(url: str, bare: Bare, keys: int = 2500) -> tuple[float, float]:
             ("create", {"payload": {"k": k}}), ("reserve", {}), ("dispatch", {}),
             ("record", {"outcome": {"status": "succeeded", "result": {"k": k}}}))]
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", url, "append"],
+    done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", url, "append",
+                           "--server", server],
                           input="".join(lines), capture_output=True, text=True, timeout=600)
     ours = time.perf_counter() - start
     assert done.returncode == 0, done.stderr
@@ -117,9 +116,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--effects", type=int, default=4800, help="per thread count")
-    parser.add_argument("--unshared-reads", action="store_true",
-                        help="each worker sends every first read alone (StateClient "
-                             "batch_reads=False), to compare with shared lookups")
     args = parser.parse_args()
     with kafka_bootstrap() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         if bootstrap is None:
@@ -137,7 +133,7 @@ def main() -> None:
 
 #: threads, effectlog's effects/s, the bare writers' effects/s, and CPU ms per effect:
 #: effectlog's (this process, serve, broker), the bare writers' (this process, broker), and
-#: the share of first reads sent in a shared lookup
+#: the share of questions to the judge sent with others
 Row = tuple[int, float, float, tuple[float, float, float], tuple[float, float], float]
 
 
@@ -156,7 +152,7 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
     try:
         wait_until(lambda: len(node.serving()) == bare_settings.partitions, 90, "serve is up")
         run = uuid.uuid4().hex[:6]
-        worker = Worker(log, "bench", server=node.url)
+        worker = Worker(log, "bench", server=node.url)  # as a user writes it
         n = args.samples
         floor, ours = [], []
         for i in range(n + 20):
@@ -173,11 +169,9 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
         rows = []
         for threads in (1, 8, 32):
             per = max(1, args.effects // threads)
-            workers = [Worker(log, f"bench-{threads}-{t}", **reads(node.url, args))
-                       for t in range(threads)]
+            judge = ClusterJudge(node.url)  # one per process, shared by its workers
+            workers = [Worker(log, f"bench-{threads}-{t}", judge=judge) for t in range(threads)]
             before = bare_phase(bare, threads, per, f"{run}a")
-            batcher: LookupBatcher[object] = LookupBatcher.shared([node.url])
-            batched0 = batcher.batched
             cpu0 = cpu_now(node.process.pid, broker)
             ours_s = threaded(threads, functools.partial(perform_phase, workers, per,
                                                          f"t{threads}-{run}"))
@@ -190,21 +184,14 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
             bare_cpu = tuple((b - a) / effects * 1000 for a, b in zip(cpu1, cpu2, strict=True))
             rows.append((threads, effects / ours_s, effects / bare_s,
                          (ours_cpu[0], ours_cpu[1], ours_cpu[2]), (bare_cpu[0], bare_cpu[2]),
-                         (batcher.batched - batched0) / effects))
-        appended, bare_appended = bench_append(url, bare)
+                         judge.batched / (3 * effects)))
+            judge.close()
+        appended, bare_appended = bench_append(url, node.url, bare)
     finally:
         bare.close()
         log.close()
         node.stop()
     return rows, appended, bare_appended, floor, ours
-
-
-def reads(server: str, args: argparse.Namespace) -> dict[str, Any]:
-    """How a worker of the thread phases reads: through ``server`` as users do, or with
-    ``--unshared-reads`` through a client that never shares a lookup."""
-    if not args.unshared_reads:
-        return {"server": server}
-    return {"view": ClusterView(StateClient(server, batch_reads=False))}
 
 
 def perform_phase(workers: list[Worker], per: int, run: str, t: int) -> None:
@@ -240,7 +227,7 @@ def report(rows: list[Row], appended: float, bare_appended: float, floor: list[f
         print(f"    CPU ms per effect: worker process {mine:.2f}, serve {serve:.2f}, {known}; "
               f"bare writers {bare_own:.2f}"
               + (f", broker {bare_broker:.2f}" if bare_broker else "")
-              + f"; {shared:.0%} of first reads shared a lookup")
+              + f"; {shared:.0%} of questions to the judge shared a request")
     print(f"effectlog append, 10,000 lines over 2,500 keys: {appended:.0f} lines/s (target >= 1,000; "
           f"bare pipelined produce of as many records {bare_appended:.0f}/s, "
           f"{appended / bare_appended:.2f}x)")

@@ -80,11 +80,9 @@ class _Console:
         node = app[NODE_KEY]
         self.node = node
         self.settings = settings
-        server = node.server
-        assert server is not None, "the console needs the node's HTTP server"
-        self.api = ApiClient(server.url)
-        self.log = ConsoleLog(node.log_url, server.url)
-        self.auth = ConsoleAuth(settings.token, loopback_only=is_loopback(server.host))
+        self.api = ApiClient(node.url)
+        self.log = ConsoleLog(node.log_url, node.url)
+        self.auth = ConsoleAuth(settings.token, loopback_only=is_loopback(node.http_host))
         self.env = environment()
 
     def install(self, app: web.Application) -> None:

@@ -21,7 +21,7 @@ from effectlog.errors import EffectlogError
 from effectlog.metrics import projector_lag
 
 if TYPE_CHECKING:
-    from consumers.node.node import Node
+    from consumers.node.ports import ServedNode
 
 #: How long ``/healthz`` waits for the log's end offsets before it answers without them.
 DEFAULT_WAIT_S = 0.8
@@ -50,7 +50,7 @@ class LogFigures:
 class HealthCheck:
     """Answers ``(ok, details)`` for one node within about ``wait_s`` (on its event loop)."""
 
-    def __init__(self, node: Node, wait_s: float = DEFAULT_WAIT_S,
+    def __init__(self, node: ServedNode, wait_s: float = DEFAULT_WAIT_S,
                  read_ends: Callable[[], LogFigures] | None = None) -> None:
         self.node = node
         self.wait_s = wait_s

@@ -45,20 +45,20 @@ from effectlog.stats import STATES, stats_figures
 from projections.paging import Filters, format_cursor, merge_pages, page_of, parse_cursor
 
 if TYPE_CHECKING:
-    from consumers.node.node import Node
+    from consumers.node.ports import ServedNode
 
 logger = logging.getLogger(__name__)
 
 #: Registers extra routes (or sub-applications) on the node's application.
 RouteHook = Callable[[web.Application], None]
-NODE_KEY: web.AppKey[Node] = web.AppKey("effectlog_node")
+NODE_KEY: web.AppKey[ServedNode] = web.AppKey("effectlog_node")
 DEFAULT_TIMEOUT_MS = 5000
 MAX_TIMEOUT_MS = 60_000
 MAX_LIMIT = 10_000
 RETRY_AFTER_S = "1"
 
 
-def build_app(node: Node, extra: RouteHook | None = None) -> web.Application:
+def build_app(node: ServedNode, extra: RouteHook | None = None) -> web.Application:
     """The node's aiohttp application; ``extra`` adds routes (``app[NODE_KEY]`` is the node)."""
     app = web.Application()
     api = _Api(node)
@@ -108,10 +108,10 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
 class _Api:
     """Request handlers over one node."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ServedNode) -> None:
         self.node = node
         self.forwarder = Forwarder(node.url)
-        self.health_check = HealthCheck(node, node.settings.health_wait_s)
+        self.health_check = HealthCheck(node, node.health_wait_s)
         self.fingerprint = worker_fingerprint()  # a reader's: this release's rules and schema
         self._refreshing: asyncio.Future[None] | None = None
 
@@ -170,7 +170,7 @@ class _Api:
                                         headers=reply.headers)
             if attempt == 0:
                 await asyncio.to_thread(node.membership.refresh)
-                if node.gate.status(partition) is not None:  # assigned here meanwhile
+                if node.judge.holds(partition):  # assigned here meanwhile
                     return await self.effect(request)
         return _unavailable(f"partition {partition} has no reachable owner (the group is "
                             "rebalancing)", {"Effectlog-Partition": str(partition)})
@@ -236,7 +236,7 @@ class _Api:
         except EffectlogError as exc:
             return _unavailable(f"cannot read the log's end offsets: {exc}")
         figures = stats_figures(counts, positions, ends, node.url,
-                                redact_url(node.logs["api"].url))
+                                redact_url(node.log_url))
         figures["members"] = members
         figures["unserved"] = sorted(set(range(node.partition_count)) - set(positions))
         return _json(200, figures)
@@ -259,7 +259,7 @@ class _Api:
             refreshing = asyncio.ensure_future(asyncio.to_thread(self.node.refresh_metrics))
             refreshing.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._refreshing = refreshing
-        wait_s = self.node.settings.health_wait_s
+        wait_s = self.node.health_wait_s
         try:
             await asyncio.wait_for(asyncio.shield(self._refreshing), wait_s)
         except TimeoutError:

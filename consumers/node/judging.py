@@ -55,6 +55,10 @@ class PartitionJudge:
         self.fingerprints = frozenset(fingerprints)
         self.end_offsets = end_offsets
 
+    def holds(self, partition: int) -> bool:
+        """Whether ``partition`` is assigned here (serving or restoring)."""
+        return self.gate.status(partition) is not None
+
     def refuse_unknown(self, judge: str) -> None:
         """Raise :class:`CannotJudge` unless this release judges writers of ``judge``."""
         if judge not in self.fingerprints:

@@ -176,6 +176,14 @@ class Node:
             self._lock_file = None
 
     @property
+    def http_host(self) -> str:
+        return self.settings.http_host
+
+    @property
+    def health_wait_s(self) -> float:
+        return self.settings.health_wait_s
+
+    @property
     def failed(self) -> list[str]:
         """The loops that crashed, in order."""
         return [name for name, _ in self.failures]
