@@ -115,6 +115,7 @@ class Node:
                                           for name in ("projector", "work", "api")}
         api_log = self.logs["api"]
         api_log.end_offsets(EVENTS)  # reach the log first: a broker down creates nothing
+        api_log.check_serving()
         self._lock_state_dir()
         self.partition_count = api_log.partitions(EVENTS)
         self.store = RocksProjectionStore(s.state_dir, s.projector.cache_size)

@@ -157,6 +157,11 @@ class EventLog(ABC):
         another one at the same URL. None when the backend cannot tell (checks are skipped)."""
         return None
 
+    def check_serving(self) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`~effectlog.errors.WrongLog` when the log breaks a premise a serving
+        projection rests on (Kafka: records must carry the broker's time, which recovery
+        measures "stuck" on, never a writer's clock)."""
+
     def verify(self) -> None:  # noqa: B027 - optional hook
         """Ask the backend whether its storage is intact, before writing (SQLite runs its
         quick_check); raise :class:`BackendUnavailable` when it reports damage."""

@@ -58,3 +58,39 @@ def test_a_fresh_read_waits_for_acknowledged_records_behind_an_open_transaction(
     finally:
         judge.close()
         log.close()
+
+
+def test_records_carry_the_brokers_time_and_serve_refuses_writers_clocks(
+        kafka_url: str, tmp_path: Path) -> None:
+    """6. On Kafka "stuck" is measured on the broker's append time: a record produced with a
+    writer's clock 10 minutes behind is read with the broker's time, and serve refuses an
+    events topic that would keep the writers' clocks."""
+    import subprocess
+    import sys
+    import time
+
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    settings = KafkaSettings.from_url(kafka_url)
+    name = settings.topic(EVENTS)
+    producer = Producer(producer_config(settings))
+    skewed = int(time.time() * 1000) - 600_000
+    producer.produce(name, b"x", b"agent:clock:k:t", partition=0, timestamp=skewed)
+    producer.flush(10)
+    log = open_log(kafka_url)
+    try:
+        record = log.read(EVENTS, 0, 0, 1, timeout=10)[0]
+    finally:
+        log.close()
+    assert abs(record.timestamp_ms - time.time() * 1000) < 60_000, record.timestamp_ms - skewed
+    admin = AdminClient(settings.client_config())
+    resource = ConfigResource("topic", name, incremental_configs=[ConfigEntry(
+        "message.timestamp.type", "CreateTime",
+        incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", kafka_url,
+                           "--state", str(tmp_path / "state"), "serve", "--http", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert "writers' clocks" in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -107,7 +107,7 @@ def test_a_paused_worker_resuming_with_an_old_epoch_is_refused(log: EventLog,
         assert call.fencing_epoch == 1
         # meanwhile a replacement takes the key over with the next epoch ...
         replacement = Worker(log, "w1-replacement", server=serve.url)
-        claimed = replacement.reserve(call.key)
+        claimed = replacement.claim(call.key)
         assert claimed.fencing_epoch == 2
         call.succeeded({"ticket": "OPS-1"})  # ... so the paused worker's record is refused
     current = Worker(log, "reader", server=serve.url).get("agent:k-pause:ticket.create:jira:OPS")

@@ -2,8 +2,10 @@
 
 ``<prefix>.events`` is compacted and keeps every key's latest record for good; the
 ``min.compaction.lag.ms`` keeps each key's history readable through the retry and
-reconciliation window. ``<prefix>.commands`` is a plain time-retained topic. Configs are
-always set explicitly (tansu reports no config at all for topics created without them).
+reconciliation window; its records are stamped with the broker's clock
+(``message.timestamp.type=LogAppendTime``), which recovery measures "stuck" on, never a
+writer's. ``<prefix>.commands`` is a plain time-retained topic. Configs are always set
+explicitly (tansu reports no config at all for topics created without them).
 """
 
 from __future__ import annotations
@@ -55,12 +57,33 @@ def topic_id(settings: KafkaSettings, name: str) -> str:
         admin.poll(0)
 
 
+WRITER_CLOCK = "stamps records with the writers' clocks, which recovery would measure stuck on"
+
+
+def record_times_are_the_brokers(settings: KafkaSettings) -> str | None:
+    """None when ``<prefix>.events`` stamps records with the broker's clock
+    (``LogAppendTime``); else what is wrong, in one line."""
+    name = settings.topic(EVENTS)
+    admin = AdminClient(_admin_config(settings))
+    try:
+        config = _describe(admin, settings, [name])[name]
+    finally:
+        admin.poll(0)
+    stamps = config.get("message.timestamp.type", "CreateTime")
+    if stamps == "LogAppendTime":
+        return None
+    return (f"kafka topic {name} {WRITER_CLOCK} (message.timestamp.type={stamps}): set "
+            f"LogAppendTime, e.g. kafka-configs.sh --alter --entity-type topics --entity-name "
+            f"{name} --add-config message.timestamp.type=LogAppendTime")
+
+
 def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
     """The topic configs effectlog creates ``logical`` (``events``/``commands``) with."""
     if logical == EVENTS:
         return {"cleanup.policy": "compact",
                 "min.compaction.lag.ms": str(settings.min_compaction_lag_ms),
-                "retention.ms": "-1"}
+                "retention.ms": "-1",
+                "message.timestamp.type": "LogAppendTime"}
     if logical == COMMANDS:
         return {"cleanup.policy": "delete",
                 "retention.ms": str(settings.commands_retention_ms),
@@ -209,6 +232,12 @@ def _check(settings: KafkaSettings, name: str, logical: str, replicas: list[int]
         if lag < settings.min_compaction_lag_ms:
             problems.append(f"min.compaction.lag.ms={lag} is below the required "
                             f"{settings.min_compaction_lag_ms}")
+        stamps = config.get("message.timestamp.type", "CreateTime")
+        if stamps != "LogAppendTime":
+            problems.append(f"{WRITER_CLOCK} (message.timestamp.type={stamps}); set "
+                            "LogAppendTime: kafka-configs.sh --alter --entity-type topics "
+                            f"--entity-name {name} --add-config "
+                            "message.timestamp.type=LogAppendTime")
     else:
         if "compact" in policy:
             problems.append("is compacted; commands need cleanup.policy=delete")

@@ -115,6 +115,14 @@ class KafkaLog(EventLog):
             self._identity = topic_id(self.settings, self.settings.topic(EVENTS))
         return self._identity
 
+    def check_serving(self) -> None:
+        from effectlog.errors import WrongLog
+        from effectlog.log.kafka.admin import record_times_are_the_brokers
+
+        problem = record_times_are_the_brokers(self.settings)
+        if problem is not None:
+            raise WrongLog(problem)
+
     def close(self) -> None:
         with self._lock:
             handle, self._producer = self._producer, None
