@@ -10,12 +10,14 @@ this process (opened on assignment, released on revocation); the projector
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 if TYPE_CHECKING:
     from effectlog.log.base import EventLog, Position, Record
+    from effectlog.log.changelog import Change
     from effectlog.model import EffectEvent, State
+    from projections.checkpoint import Changes, Checkpoint
     from projections.decoding import Decoded
 
 
@@ -141,6 +143,9 @@ class PartitionWriter(ABC):
 
     partition: int
     next_offset: int
+    #: The log is compacted and read from its start without a changelog, so a key's oldest
+    #: surviving record may be any event: it is taken as the key's starting point.
+    trust_first: bool = False
 
     @abstractmethod
     def apply(self, records: Sequence[Record],
@@ -154,6 +159,26 @@ class PartitionWriter(ABC):
         record ``log``'s identity when none is recorded yet (see :mod:`projections.lineage`)."""
 
     @abstractmethod
+    def take_changes(self) -> Changes | None:
+        """The states of the keys changed since the last publication, as of one applied
+        offset (None: nothing to publish); see :mod:`effectlog.log.changelog`."""
+
+    @abstractmethod
+    def publish_all(self) -> None:
+        """Make the next publication carry every key of the partition."""
+
+    @abstractmethod
+    def published(self, changes: Changes, ok: bool) -> None:
+        """``changes`` were published (``ok``), or their publication failed: their keys go
+        with the next one."""
+
+    @abstractmethod
+    def restore(self, records: Iterable[Change], log_id: str | None) -> Checkpoint | None:
+        """Write a changelog's records into this (empty) partition and continue at its last
+        checkpoint; None when it held none. Raises :class:`~effectlog.errors.WrongLog` for a
+        changelog of another events log."""
+
+    @abstractmethod
     def skip_to(self, next_offset: int) -> None:
         """Move the stored offset over offsets that hold no records (Kafka's transaction
         markers, compacted tails), so "applied up to the log end" can be true."""
@@ -163,14 +188,16 @@ class ProjectionStore(ABC):
     """Where one process keeps the projection of the partitions assigned to it."""
 
     @abstractmethod
-    def open_writer(self, partition: int, *, partitions: int,
-                    trust_first: bool = False) -> PartitionWriter:
+    def open_writer(self, partition: int, *, partitions: int) -> PartitionWriter:
         """Open ``partition`` (of ``partitions`` in all) for writing, creating it if needed.
 
-        ``trust_first``: the log is compacted, so a key's oldest surviving record may be any
-        event. Raises :class:`~effectlog.errors.BackendUnavailable` when another process
-        writes it already.
+        Raises :class:`~effectlog.errors.BackendUnavailable` when another process writes it
+        already.
         """
+
+    @abstractmethod
+    def reset_writer(self, partition: int, *, partitions: int) -> PartitionWriter:
+        """``partition``'s writer (opened if need be), emptied, to be restored."""
 
     @abstractmethod
     def release(self, partition: int) -> None:

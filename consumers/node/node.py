@@ -29,6 +29,7 @@ from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
 from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.judging import NodeJudge, PartitionJudge
+from consumers.node.publisher import Publisher
 from consumers.node.server import HttpServer
 from consumers.node.watch import watch_log
 from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
@@ -122,6 +123,9 @@ class Node:
         self.reader: StoreReader = self.store.reader(self.partition_for, self.gate.serving)
         self.projector = self._open(Projector(self.logs["projector"], self.store, s.projector,
                                               on_applied=self.gate.applied))
+        changelog = self.logs["projector"].changelog()
+        self.publisher = None if changelog is None else self._open(
+            Publisher(changelog, self.store.writers, api_log.identity()))
         if s.http_port is not None:
             self.server = HttpServer(s.http_host, s.http_port)
         self.url = s.advertise or (self.server.url if self.server else "local:")
@@ -142,6 +146,8 @@ class Node:
                                          s.reconciler, judge=judge, metrics=self.metrics,
                                          partitions=self.gate.serving)
         self._spawn("projector", self._stop_projector, self._project)
+        if self.publisher is not None:
+            self._spawn("publisher", self._stop, self.publisher.run)
         if s.loops:
             self._spawn("recovery", self._stop, self.recovery.run)
             if self.reconciler is not None:
@@ -379,6 +385,8 @@ class _Assignments:
 
     def assigned(self, partitions: Sequence[int]) -> Mapping[int, int]:
         node = self.node
+        if node.publisher is not None:  # fence earlier owners before reading what they published
+            node.publisher.take(partitions)
         starts = node.projector.assigned(partitions)
         ends = node.logs["projector"].end_offsets(EVENTS)
         for partition in partitions:
@@ -386,9 +394,14 @@ class _Assignments:
         return starts
 
     def revoked(self, partitions: Sequence[int], *, lost: bool) -> None:
+        node = self.node
         for partition in partitions:
-            self.node.gate.revoked(partition)
-        self.node.projector.revoked(partitions, lost=lost)
+            node.gate.revoked(partition)
+        if node.publisher is not None:
+            if not lost:  # hand over everything: the next owner then restores, not replays
+                node.projector.settle()
+            node.publisher.release(partitions, final=not lost)
+        node.projector.revoked(partitions, lost=lost)
 
 
 def _kafka_settings(log: EventLog) -> KafkaSettings | None:

@@ -10,11 +10,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from effectlog.log.changelog import Changelog
 
 EVENTS = "events"
 COMMANDS = "commands"
 TOPICS = (EVENTS, COMMANDS)
+#: The changelog of accepted state, on logs whose events topic is compacted (Kafka).
+STATE = "state"
 
 
 class Position(NamedTuple):
@@ -151,6 +156,12 @@ class EventLog(ABC):
         which a backend may use to stop there instead of asking."""
         return self.read(topic, partition, offset, limit)
 
+    def changelog(self) -> Changelog | None:
+        """The changelog projections of this log restore from (see
+        :mod:`effectlog.log.changelog`): on a compacted log (Kafka), where the events topic
+        alone cannot rebuild a projection; None where the log keeps every record (SQLite)."""
+        return None
+
     def identity(self) -> str | None:
         """The log's id: made with the log and never reused (SQLite: a row in the log file;
         Kafka: the events topic's topic ID), so state built from one log can tell it from
@@ -158,9 +169,10 @@ class EventLog(ABC):
         return None
 
     def check_serving(self) -> None:  # noqa: B027 - optional hook
-        """Raise :class:`~effectlog.errors.WrongLog` when the log breaks a premise a serving
-        projection rests on (Kafka: records must carry the broker's time, which recovery
-        measures "stuck" on, never a writer's clock)."""
+        """Raise :class:`~effectlog.errors.Conflict` when the log's settings break a premise a
+        serving projection rests on (Kafka: records carry the broker's time, which recovery
+        measures "stuck" on; the events stay long enough to reach the changelog, which
+        exists and never deletes)."""
 
     def verify(self) -> None:  # noqa: B027 - optional hook
         """Ask the backend whether its storage is intact, before writing (SQLite runs its

@@ -159,6 +159,13 @@ def index_prefix(state: str) -> bytes:
     return state.encode("ascii") + _SEP
 
 
+def index_entry(raw: bytes, key: bytes) -> bytes:
+    """The index entry of a stored snapshot ``raw`` of ``key``: its state, log time, key."""
+    values = _load(bytes(raw))
+    logged_at = values[_PAYLOAD_AT - 1] if values[0] == 1 else values[_FIELDS + 1]  # format 1: occurred_at
+    return index_prefix(str(values[7])) + _U64.pack(max(int(logged_at), 0)) + key
+
+
 def index_range(state: str, before_ms: int | None) -> tuple[bytes, bytes]:
     """[lower, upper) of the index entries of ``state`` older than ``before_ms``."""
     prefix = state.encode("ascii") + _SEP

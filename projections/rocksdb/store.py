@@ -32,8 +32,7 @@ class RocksProjectionStore(ProjectionStore):
         self._lock = threading.Lock()  # open/release against readers listing the partitions
         self._partitions = 0
 
-    def open_writer(self, partition: int, *, partitions: int,
-                    trust_first: bool = False) -> RocksPartitionWriter:
+    def open_writer(self, partition: int, *, partitions: int) -> RocksPartitionWriter:
         with self._lock:
             if partition in self._writers:
                 raise BackendUnavailable(f"partition {partition} is already open for writing")
@@ -42,10 +41,17 @@ class RocksProjectionStore(ProjectionStore):
             layout.record_partition_count(self.generation, partitions)
             self._partitions = partitions
             path = make_private_dirs(layout.partition_dir(self.generation, partition))
-            writer = RocksPartitionWriter(path, partition, self.cache_size,
-                                          trust_first=trust_first)
+            writer = RocksPartitionWriter(path, partition, self.cache_size)
             self._writers[partition] = writer
             return writer
+
+    def reset_writer(self, partition: int, *, partitions: int) -> RocksPartitionWriter:
+        with self._lock:
+            writer = self._writers.get(partition)
+        if writer is None:
+            return self.open_writer(partition, partitions=partitions)
+        writer.clear()
+        return writer
 
     def release(self, partition: int) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rocksdict import WriteBatch, WriteOptions
@@ -26,10 +26,14 @@ from rocksdict import WriteBatch, WriteOptions
 from effectlog.codec import event_codec
 from effectlog.errors import Conflict, EffectlogError
 from effectlog.log.base import EventLog, Record
+from effectlog.log.changelog import Change
 from effectlog.machine import check, check_binding
 from effectlog.model import EffectEvent, State, Transition
+from projections.checkpoint import Changes, Checkpoint
 from projections.decoding import Decoded, decode_values
 from projections.fastevent import Fields, event_from_fields
+from projections.rocksdb import changes
+from projections.rocksdb.changes import ChangeTracker
 from projections.rocksdb.db import (
     CLOCK_PREFIX,
     COLUMN_FAMILIES,
@@ -105,13 +109,10 @@ class RocksPartitionWriter(PartitionWriter):
     applied: RocksDB makes each WriteBatch visible at once and as a whole.
     """
 
-    def __init__(self, path: Path, partition: int, cache_size: int = 50_000, *,
-                 trust_first: bool = False) -> None:
+    def __init__(self, path: Path, partition: int, cache_size: int = 50_000) -> None:
         self.path = path
         self.partition = partition
-        # On a compacted log (Kafka) a key's oldest surviving record may be any event: it
-        # carries the full snapshot, so it is taken as the key's starting point.
-        self.trust_first = trust_first
+        self.trust_first = False
         self.cache_size = cache_size
         self.handle = PartitionDB(partition, path, "write")
         self.db = self.handle.db
@@ -125,12 +126,35 @@ class RocksPartitionWriter(PartitionWriter):
             raw = self._cf[OFFSETS].get(offset_key(partition))
         self.next_offset = 0 if raw is None else unpack_u64(raw)
         self.counts = read_counts(self._cf[METADATA])
+        self.tracker = ChangeTracker()  # keys changed since the last changelog publication
+
+    def clear(self) -> None:
+        """Empty the partition (every column family), to be restored."""
+        batch = WriteBatch(raw_mode=True)
+        for name in COLUMN_FAMILIES:
+            batch.delete_range(b"", b"\xff", self._h[name])  # keys never start with 0xff
+        with self.tracker.lock:
+            self.db.write(batch, self._write_opts)
+        self.adopt(0, {})
+        self.tracker.published = -1
+
+    def adopt(self, next_offset: int, counts: dict[str, int]) -> None:
+        """The partition was restored under this writer (from a changelog): continue there."""
+        with self.tracker.lock:
+            self.next_offset = next_offset
+            self.counts = {label: n for label, n in counts.items() if n}
+            self._cache.clear()
+            self.tracker.dirty.clear()
+            self.tracker.published = next_offset
 
     def close(self) -> None:
         """Flush memtables (so readers replay no WAL) and release the lock."""
         try:
             self.db.flush()
         finally:
+            # Column family handles keep the database open: while a reference to this
+            # writer outlives it (an exception's traceback), the lock would stay held.
+            self._h.clear()
             self.handle.close()
 
     def bind_log(self, log: EventLog) -> None:
@@ -139,6 +163,19 @@ class RocksPartitionWriter(PartitionWriter):
         lineage.bind(self._cf[METADATA], log, self.partition, self.next_offset,
                      f"the projection {self.path}")
 
+    def take_changes(self) -> Changes | None:
+        return changes.take_changes(self)
+
+    def publish_all(self) -> None:
+        with self.tracker.lock:
+            self.tracker.full = True
+
+    def published(self, taken: Changes, ok: bool) -> None:
+        (changes.published if ok else changes.untake)(self, taken)
+
+    def restore(self, records: Iterable[Change], log_id: str | None) -> Checkpoint | None:
+        return changes.restore(self, records, log_id)
+
     def skip_to(self, next_offset: int) -> None:
         """Move the stored offset over offsets that hold no records (Kafka's transaction
         markers, compacted tails), so "applied up to the log end" can be true."""
@@ -146,8 +183,9 @@ class RocksPartitionWriter(PartitionWriter):
             return
         batch = WriteBatch(raw_mode=True)
         batch.put(APPLIED_KEY, pack_u64(next_offset), self._h[STATE])
-        self.db.write(batch, self._write_opts)
-        self.next_offset = next_offset
+        with self.tracker.lock:
+            self.db.write(batch, self._write_opts)
+            self.next_offset = next_offset
 
     def apply(self, records: Sequence[Record], decoded: Sequence[Decoded] | None = None) -> Applied:
         """Judge and commit ``records`` (consecutive, from this partition) in one WriteBatch.
@@ -211,13 +249,15 @@ class RocksPartitionWriter(PartitionWriter):
         next_offset = records[-1].offset + 1
         batch.put(APPLIED_KEY, pack_u64(next_offset), self._h[STATE])
         totals = self._stage_counts(batch, counts)
-        self.db.write(batch, self._write_opts)
-        for label, total in totals.items():
-            if total:
-                self.counts[label] = total
-            else:
-                self.counts.pop(label, None)
-        self.next_offset = next_offset
+        with self.tracker.lock:  # what a changelog publication reads sees whole batches
+            self.db.write(batch, self._write_opts)
+            for label, total in totals.items():
+                if total:
+                    self.counts[label] = total
+                else:
+                    self.counts.pop(label, None)
+            self.next_offset = next_offset
+            self.tracker.changed(key.encode("utf-8") for key in stored)
         self._remember(originals, stored)
         return Applied(len(records), len(records) - rejected, rejected, next_offset)
 

@@ -4,8 +4,10 @@
 ``min.compaction.lag.ms`` keeps each key's history readable through the retry and
 reconciliation window; its records are stamped with the broker's clock
 (``message.timestamp.type=LogAppendTime``), which recovery measures "stuck" on, never a
-writer's. ``<prefix>.commands`` is a plain time-retained topic. Configs are always set
-explicitly (tansu reports no config at all for topics created without them).
+writer's. ``<prefix>.commands`` is a plain time-retained topic. ``<prefix>.state`` is the changelog of
+accepted state (:mod:`effectlog.log.changelog`), compacted and never deleting: projections
+restore from it. Configs are always set explicitly (tansu reports no config at all for topics
+created without them).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
-from effectlog.log.base import COMMANDS, EVENTS, TOPICS
-from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.log.base import COMMANDS, EVENTS, STATE
+from effectlog.log.kafka.settings import KAFKA_TOPICS, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +62,40 @@ def topic_id(settings: KafkaSettings, name: str) -> str:
 WRITER_CLOCK = "stamps records with the writers' clocks, which recovery would measure stuck on"
 
 
-def record_times_are_the_brokers(settings: KafkaSettings) -> str | None:
-    """None when ``<prefix>.events`` stamps records with the broker's clock
-    (``LogAppendTime``); else what is wrong, in one line."""
-    name = settings.topic(EVENTS)
+#: The shortest compaction lag of the events topic serve accepts: a restore replays the events
+#: after the changelog's last checkpoint (published every second), which must still be there.
+MIN_SERVING_LAG_MS = 10_000
+
+
+def serving_problem(settings: KafkaSettings) -> str | None:
+    """None when the topics keep what a serving projection rests on; else what is wrong, in
+    one line: the events topic must stamp records with the broker's clock (recovery measures
+    stuck on it) and keep records long enough to be published to the changelog, which must
+    exist, be compacted and never delete (it is the only copy of accepted state)."""
+    events, state = settings.topic(EVENTS), settings.topic(STATE)
     admin = AdminClient(_admin_config(settings))
     try:
-        config = _describe(admin, settings, [name])[name]
+        if state not in _replicas(admin, settings):
+            return (f"kafka topic {state} (the changelog of accepted state) does not exist: "
+                    "create it with `effectlog topics create`")
+        configs = _describe(admin, settings, [events, state])
     finally:
         admin.poll(0)
-    stamps = config.get("message.timestamp.type", "CreateTime")
-    if stamps == "LogAppendTime":
-        return None
-    return (f"kafka topic {name} {WRITER_CLOCK} (message.timestamp.type={stamps}): set "
-            f"LogAppendTime, e.g. kafka-configs.sh --alter --entity-type topics --entity-name "
-            f"{name} --add-config message.timestamp.type=LogAppendTime")
+    stamps = configs[events].get("message.timestamp.type", "CreateTime")
+    if stamps != "LogAppendTime":
+        return (f"kafka topic {events} {WRITER_CLOCK} (message.timestamp.type={stamps}): set "
+                f"LogAppendTime, e.g. kafka-configs.sh --alter --entity-type topics "
+                f"--entity-name {events} --add-config message.timestamp.type=LogAppendTime")
+    lag = int(configs[events].get("min.compaction.lag.ms", "0"))
+    if lag < MIN_SERVING_LAG_MS:
+        return (f"kafka topic {events} may compact records {lag} ms after they are written, "
+                f"before they reach the changelog: set min.compaction.lag.ms to at least "
+                f"{MIN_SERVING_LAG_MS} (the reconciliation window is better)")
+    policy = set(configs[state].get("cleanup.policy", "delete").replace(" ", "").split(","))
+    if policy != {"compact"}:
+        return (f"kafka topic {state} must be compacted and never delete (cleanup.policy="
+                f"{','.join(sorted(policy))}): it is the only copy of accepted state")
+    return None
 
 
 def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
@@ -88,6 +109,9 @@ def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
         return {"cleanup.policy": "delete",
                 "retention.ms": str(settings.commands_retention_ms),
                 "min.compaction.lag.ms": "0"}
+    if logical == STATE:
+        return {"cleanup.policy": "compact", "retention.ms": "-1",
+                "min.compaction.lag.ms": "0"}
     raise InvalidInput(f"unknown topic {logical!r}")
 
 
@@ -100,7 +124,7 @@ def create_topics(settings: KafkaSettings) -> list[str]:
     """
     admin = AdminClient(_admin_config(settings))
     try:
-        names = {settings.topic(t): t for t in TOPICS}
+        names = {settings.topic(t): t for t in KAFKA_TOPICS}
         existing = _replicas(admin, settings)
         missing = [name for name in names if name not in existing]
         created, raced = _create(admin, settings, names, missing)
@@ -238,6 +262,11 @@ def _check(settings: KafkaSettings, name: str, logical: str, replicas: list[int]
                             "LogAppendTime: kafka-configs.sh --alter --entity-type topics "
                             f"--entity-name {name} --add-config "
                             "message.timestamp.type=LogAppendTime")
+    elif logical == STATE:
+        if "compact" not in policy or "delete" in policy:
+            problems.append("must be compacted and never delete (cleanup.policy=compact): it "
+                            f"is the only copy of accepted state (cleanup.policy="
+                            f"{','.join(sorted(policy))})")
     else:
         if "compact" in policy:
             problems.append("is compacted; commands need cleanup.policy=delete")

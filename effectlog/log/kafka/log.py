@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
 from effectlog.log.base import EVENTS, EventLog, Position, Record
 from effectlog.log.kafka.admin import topic_id
+from effectlog.log.kafka.changelog import KafkaChangelog
 from effectlog.log.kafka.ends import EndOffsetRounds
 from effectlog.log.kafka.partitioner import murmur2_partition
 from effectlog.log.kafka.producer import AppendProducer, error_text
@@ -115,13 +116,15 @@ class KafkaLog(EventLog):
             self._identity = topic_id(self.settings, self.settings.topic(EVENTS))
         return self._identity
 
-    def check_serving(self) -> None:
-        from effectlog.errors import WrongLog
-        from effectlog.log.kafka.admin import record_times_are_the_brokers
+    def changelog(self) -> KafkaChangelog:
+        return KafkaChangelog(self.settings)
 
-        problem = record_times_are_the_brokers(self.settings)
+    def check_serving(self) -> None:
+        from effectlog.log.kafka.admin import serving_problem
+
+        problem = serving_problem(self.settings)
         if problem is not None:
-            raise WrongLog(problem)
+            raise Conflict(problem)
 
     def close(self) -> None:
         with self._lock:

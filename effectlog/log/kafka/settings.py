@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from effectlog.errors import InvalidInput
-from effectlog.log.base import TOPICS
+from effectlog.log.base import STATE, TOPICS
 from effectlog.redact import (
     redact_mapping,
     redact_url,
@@ -20,6 +20,8 @@ from effectlog.redact import (
 )
 
 DAY_MS = 24 * 3600 * 1000
+#: The topics of a Kafka log: events, commands, and the changelog of accepted state.
+KAFKA_TOPICS = (*TOPICS, STATE)
 ClientConfig = dict[str, Any]
 _SCHEMES = {"kafka": None, "kafka+ssl": "SSL", "kafka+sasl": "SASL_SSL"}
 _CLIENT_LOG = logging.getLogger("effectlog.log.kafka.librdkafka")
@@ -122,8 +124,9 @@ class KafkaSettings:
 
     def topic(self, logical: str) -> str:
         """The Kafka topic name of a logical topic (``events`` -> ``<prefix>.events``)."""
-        if logical not in TOPICS:
-            raise InvalidInput(f"unknown topic {logical!r}: expected one of {', '.join(TOPICS)}")
+        if logical not in KAFKA_TOPICS:
+            raise InvalidInput(f"unknown topic {logical!r}: expected one of "
+                               f"{', '.join(KAFKA_TOPICS)}")
         return f"{self.prefix}.{logical}"
 
     def client_config(self) -> ClientConfig:

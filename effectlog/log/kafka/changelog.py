@@ -1,0 +1,195 @@
+"""The changelog on Kafka: ``<prefix>.state``, compacted, partition N for events partition N.
+
+A publication is one Kafka transaction of the partition's writer, whose ``transactional.id``
+names the partition (``effectlog-<prefix>-state-p<N>``): a new owner's ``init_transactions``
+aborts whatever the previous owner left open and fences it, so a paused owner that resumes
+after a rebalance can no longer commit anything, and readers (``read_committed``) never see
+what it did not commit. The checkpoint record is the last record of every publication, so the
+latest one sits just before the partition's last stable offset: it is found by reading a
+short window there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as TP
+
+from effectlog.errors import BackendUnavailable, Fenced
+from effectlog.log.base import STATE
+from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
+from effectlog.log.kafka.producer import error_text, producer_config
+from effectlog.log.kafka.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+           KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+_WINDOW = 16  # records read before the end to find the last checkpoint (grown when needed)
+
+
+def transactional_id(settings: KafkaSettings, partition: int) -> str:
+    """The transactional id of partition ``partition``'s publisher: one per partition, so
+    its next owner fences this one."""
+    return f"effectlog-{settings.prefix}-state-p{partition}"
+
+
+class KafkaChangelogWriter(ChangelogWriter):
+    """A transactional producer that publishes one partition of ``<prefix>.state``."""
+
+    def __init__(self, settings: KafkaSettings, partition: int) -> None:
+        self.settings = settings
+        self.partition = partition
+        self.name = settings.topic(STATE)
+        timeout_ms = max(1000, int(settings.timeout_s * 1000))
+        self._producer = Producer({
+            **producer_config(settings),
+            "transactional.id": transactional_id(settings, partition),
+            # a publisher killed mid-transaction holds restores back at most this long, and
+            # only until the next owner's init_transactions aborts it
+            "transaction.timeout.ms": max(10_000, 2 * timeout_ms),
+            "error_cb": lambda err: log.debug("changelog producer error: %s", err.str()),
+        })
+        try:
+            self._producer.init_transactions(settings.timeout_s)
+        except KafkaException as exc:
+            raise self._failed(exc, "take") from None
+
+    def publish(self, changes: Sequence[Change], checkpoint: bytes) -> None:
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for key, value in changes:
+                self._produce(key, value)
+            self._produce(CHECKPOINT_KEY, checkpoint)
+            producer.commit_transaction(self.settings.timeout_s)
+        except KafkaException as exc:
+            error = self._failed(exc, "publish")
+            if not isinstance(error, Fenced):
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(self.settings.timeout_s)
+            raise error from None
+
+    def _produce(self, key: bytes, value: bytes | None) -> None:
+        while True:
+            try:
+                self._producer.produce(self.name, value, key, partition=self.partition)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                self._producer.poll(0.05)
+
+    def _failed(self, exc: KafkaException, doing: str) -> Fenced | BackendUnavailable:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and (err.code() in _FENCED or err.fatal()):
+            return Fenced(f"changelog partition {self.partition} of {self.name} was taken by "
+                          f"a later owner: this one may not {doing} it any more ({err.str()})",
+                          "zombie_owner")
+        return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: cannot "
+                                  f"{doing} changelog partition {self.partition}: "
+                                  f"{error_text(exc)}")
+
+    def close(self) -> None:
+        with contextlib.suppress(KafkaException):
+            self._producer.abort_transaction(0.5)
+        self._producer.flush(0.5)
+
+
+class KafkaChangelog(Changelog):
+    """``<prefix>.state``: read with positioned, committed-only reads; written per partition."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.name = settings.topic(STATE)
+
+    def writer(self, partition: int) -> KafkaChangelogWriter:
+        return KafkaChangelogWriter(self.settings, partition)
+
+    def read(self, partition: int) -> Iterator[Change]:
+        consumer = self._consumer()
+        try:
+            end = self._end(consumer, partition)
+            yield from self._records(consumer, partition, 0, end)
+        finally:
+            consumer.close()
+
+    def last_checkpoint(self, partition: int) -> bytes | None:
+        consumer = self._consumer()
+        try:
+            end = self._end(consumer, partition)
+            window = _WINDOW
+            while True:
+                start = max(0, end - window)
+                found = None
+                for key, value in self._records(consumer, partition, start, end):
+                    if key == CHECKPOINT_KEY:
+                        found = value
+                if found is not None or start == 0:
+                    return found
+                window *= 8
+        finally:
+            consumer.close()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _consumer(self) -> Consumer:
+        return Consumer({
+            **self.settings.client_config(),
+            "group.id": f"effectlog-changelog-{uuid.uuid4().hex}",  # never joined
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",  # what a fenced or crashed owner left open
+            "fetch.wait.max.ms": 10,
+            "allow.auto.create.topics": False,
+            "error_cb": lambda err: log.debug("changelog reader error: %s", err.str()),
+        })
+
+    def _end(self, consumer: Consumer, partition: int) -> int:
+        """The partition's last stable offset: where a committed-only read ends."""
+        try:
+            [found] = consumer.offsets_for_times([TP(self.name, partition, OFFSET_END)],
+                                                 timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            raise BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: end "
+                                     f"of {self.name}/{partition}: {error_text(exc)}") from None
+        if found.error is not None or found.offset < 0:
+            raise BackendUnavailable(f"no end offset for {self.name}/{partition}: "
+                                     f"{found.error.str() if found.error else found.offset}")
+        return int(found.offset)
+
+    def _records(self, consumer: Consumer, partition: int, start: int,
+                 end: int) -> Iterator[Change]:
+        """The committed records of ``[start, end)``."""
+        if start >= end:
+            return
+        consumer.assign([TP(self.name, partition, start)])
+        quiet_s = max(30.0, 3 * self.settings.timeout_s)
+        deadline = time.monotonic() + quiet_s
+        try:
+            while True:
+                batch = consumer.consume(5000, 0.5)
+                if batch:
+                    deadline = time.monotonic() + quiet_s  # bounded by silence, not by size
+                for msg in batch:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return  # everything readable below the end was delivered
+                        raise BackendUnavailable(f"reading {self.name}/{partition}: {err.str()}")
+                    offset = msg.offset()
+                    if offset is not None and offset >= end:
+                        return
+                    key = msg.key()
+                    if key is not None:
+                        yield bytes(key), msg.value()
+                if not batch and time.monotonic() > deadline:
+                    raise BackendUnavailable(f"kafka broker {self.settings.bootstrap}: nothing "
+                                             f"of {self.name}/{partition} came for {quiet_s:g}s "
+                                             "before its end")
+        finally:
+            consumer.unassign()
