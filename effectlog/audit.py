@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -22,12 +22,16 @@ import fastavro
 
 from effectlog.codec import EVENT_SCHEMA, event_codec, load_schema_text
 from effectlog.durations import DURATION, parse_duration_ms
-from effectlog.errors import CodecError, Conflict, InvalidInput
-from effectlog.keys import make_key, validate_key
+from effectlog.errors import CodecError, InvalidInput
+from effectlog.keys import validate_key
 from effectlog.log.base import EVENTS, EventLog, Position, Record
-from effectlog.machine import check
-from effectlog.model import EffectEvent, Transition, now_ms
+from effectlog.model import EffectEvent, now_ms
 from effectlog.text import json_printable, shorten
+from effectlog.verifier import HistoryVerifier, Published, Violation
+
+__all__ = ["HistoryVerifier", "Published", "Replay", "ReplayFilter", "ReplayItem",
+           "ReplaySummary", "Violation", "parse_duration_ms", "parse_time", "write_avro",
+           "write_jsonl"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,20 +83,6 @@ class ReplayFilter:
 
 
 @dataclass(frozen=True, slots=True)
-class Violation:
-    """A record whose presence in the log breaks the rules, and why."""
-
-    position: Position
-    key: str
-    reason: str
-    detail: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"position": _position_json(self.position), "key": self.key,
-                "reason": self.reason, "detail": self.detail}
-
-
-@dataclass(frozen=True, slots=True)
 class ReplayItem:
     """One streamed record: its decoded event, or why it could not be decoded."""
 
@@ -100,76 +90,6 @@ class ReplayItem:
     event: EffectEvent | None
     undecodable: str | None = None
     violation: Violation | None = None
-
-
-class HistoryVerifier:
-    """Folds each key's events in log order and names every event that breaks the rules.
-
-    Beyond :func:`~effectlog.machine.check` (the projector's verdict), it flags two
-    invariants by name: ``payload_hash_changed`` (one key, two payloads) and
-    ``epoch_regression`` (a fencing epoch below the key's accepted one). A key's first
-    event must be its CREATE (``missing_create`` otherwise) unless ``trust_first`` is set,
-    as for a time window or a compacted topic: then the first event, which carries the
-    key's full snapshot, becomes the baseline. A rejected event never advances the fold.
-    """
-
-    def __init__(self, *, trust_first: bool = False) -> None:
-        self.trust_first = trust_first
-        self._current: dict[str, EffectEvent] = {}
-        self._first_hash: dict[str, str] = {}
-        self.partial_keys: set[str] = set()
-
-    def observe(self, record: Record, event: EffectEvent) -> Violation | None:
-        """Judge ``event`` (read at ``record``); accepted events advance the key's fold."""
-        key = event.idempotency_key
-
-        def violation(reason: str, detail: str) -> Violation:
-            return Violation(record.position, record.key, reason, detail)
-
-        if record.key != key:
-            return violation("key_mismatch", f"event for {key!r} stored under log key "
-                                             f"{record.key!r}")
-        first_seen = key not in self._first_hash
-        first_hash = self._first_hash.setdefault(key, event.payload_hash)
-        if event.payload_hash != first_hash:
-            return violation("payload_hash_changed",
-                             f"payload_hash {event.payload_hash[:12]}… differs from "
-                             f"{first_hash[:12]}… first seen under this key")
-        current = self._current.get(key)
-        if current is not None and event.fencing_epoch < current.fencing_epoch:
-            return violation("epoch_regression",
-                             f"{event.transition.value} at epoch {event.fencing_epoch} after "
-                             f"epoch {current.fencing_epoch} was accepted")
-        if current is not None and event.event_id == current.event_id:
-            return violation("duplicate", f"event {event.event_id} delivered twice")
-        if first_seen and event.transition is not Transition.CREATE:
-            return self._baseline(record, event)
-        try:
-            check(current, event)
-        except Conflict as exc:
-            return violation(exc.reason, str(exc))
-        except InvalidInput as exc:  # a malformed key, kind or target inside the event
-            return violation("invalid_event", str(exc))
-        # The fold never needs payload bytes again (later events carry only the hash).
-        self._current[key] = replace(event, payload=None) if event.payload else event
-        return None
-
-    def _baseline(self, record: Record, event: EffectEvent) -> Violation | None:
-        key = event.idempotency_key
-        try:
-            bound = make_key(event.operation_id, event.kind, event.target) == key
-        except InvalidInput as exc:
-            return Violation(record.position, key, "invalid_event", str(exc))
-        if not bound:
-            return Violation(record.position, key, "payload_mismatch",
-                             "key does not match its operation, kind and target")
-        self._current[key] = event
-        self.partial_keys.add(key)
-        if self.trust_first:
-            return None
-        return Violation(record.position, key, "missing_create",
-                         f"history starts with {event.transition.value}: the earlier events "
-                         "were compacted away or never written (taken as the baseline)")
 
 
 @dataclass
@@ -181,6 +101,10 @@ class ReplaySummary:
     undecodable: int = 0
     keys: int = 0
     partial_keys: int = 0
+    #: accepted events (of the keys read) whose records compaction removed
+    compacted_accepted: int = 0
+    #: records older than every accepted position their key's publication kept
+    unverifiable: int = 0
     violation_count: int = 0
     by_reason: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
@@ -195,7 +119,9 @@ class ReplaySummary:
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "events": self.events,
                 "undecodable": self.undecodable, "keys": self.keys,
-                "partial_keys": self.partial_keys, "violations": self.violation_count,
+                "partial_keys": self.partial_keys,
+                "compacted_accepted": self.compacted_accepted, "unverifiable": self.unverifiable,
+                "violations": self.violation_count,
                 "violations_by_reason": dict(sorted(self.by_reason.items())),
                 "violation_list": [v.to_json() for v in self.violations],
                 "violations_listed": len(self.violations), "scope": self.scope}
@@ -206,19 +132,26 @@ class Replay:
     :attr:`summary` is complete once the iteration ends.
 
     ``progress`` is called with the number of offsets advanced (compaction gaps included),
-    so its sum reaches :meth:`total`.
+    so its sum reaches :meth:`total`. ``published`` (partition -> what its owner last
+    published, on a compacted log) makes the verdicts below each publication the owner's:
+    see :mod:`effectlog.verifier`. A time window (``since_ms``) ignores it: the fold from a
+    publication needs every record after it.
     """
 
     def __init__(self, log: EventLog, selection: ReplayFilter | None = None, *,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None,
+                 published: Mapping[int, Published] | None = None) -> None:
         self.log = log
         self.selection = selection or ReplayFilter()
         self.progress = progress
-        self.verifier = HistoryVerifier(trust_first=self.selection.since_ms is not None)
+        windowed = self.selection.since_ms is not None
+        published = None if windowed else published
+        self.verifier = HistoryVerifier(trust_first=windowed, published=published)
         self.summary = ReplaySummary(scope={
             "key": self.selection.key, "since_ms": self.selection.since_ms,
             "until_ms": self.selection.until_ms,
-            "history": "window" if self.selection.since_ms is not None else "full"})
+            "history": "window" if windowed else "full",
+            "published": {str(p): pub.applied for p, pub in sorted((published or {}).items())}})
         self._key_records: list[Record] | None = None
         self._ends: dict[int, int] | None = None
 
@@ -253,6 +186,8 @@ class Replay:
             self.progress(pending)
         self.summary.keys = len(keys)
         self.summary.partial_keys = len(self.verifier.partial_keys)
+        self.summary.compacted_accepted = self.verifier.removed_count()
+        self.summary.unverifiable = self.verifier.unverifiable
         logger.debug("replay done: %s", {k: v for k, v in self.summary.to_json().items()
                                          if k != "violation_list"})
 
@@ -276,6 +211,7 @@ class Replay:
         except (CodecError, KeyError, ValueError, TypeError) as exc:
             reason = str(exc) if isinstance(exc, CodecError) else f"invalid event record: {exc!r}"
             self.summary.undecodable += 1
+            self.verifier.undecodable(record)
             return ReplayItem(record, None, reason,
                               Violation(record.position, record.key, "undecodable", reason))
         self.summary.events += 1

@@ -1,34 +1,45 @@
-"""One key's history as read from the log: every record, with the verdict the projector gives.
+"""One key's history as read from the log: every record, with the verdict the projector gave.
 
 ``effectlog history`` prints these rows and the web console shows them as a key's
-timeline; both judge the records here, with the state machine's own check.
+timeline; both judge the records with :class:`~effectlog.verifier.HistoryVerifier`, the
+verifier ``effectlog replay`` uses, so the three agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from effectlog.log.base import Record
+from effectlog.verifier import Published
+
+#: The verdict of an accepted event whose record compaction removed.
+REMOVED = "accepted; its record was removed by compaction"
 
 
-def judge_records(records: Sequence[Record], compacted: bool) -> list[dict[str, Any]]:
+def judge_records(records: Sequence[Record], compacted: bool,
+                  published: Mapping[int, Published] | None = None) -> list[dict[str, Any]]:
     """One row per record of a key, in log order: ``partition``, ``offset``, ``verdict``
-    (``accepted``, ``accepted (baseline)``, ``rejected (<reason>): ...`` or
-    ``undecodable: ...``) and the decoded ``event`` (``EffectEvent.to_json()``, payload
-    bytes that are not JSON as ``payload_b64``).
+    (``accepted``, ``accepted (baseline)``, ``rejected (<reason>): ...``, ``undecodable: ...``
+    or :data:`REMOVED`) and the decoded ``event`` (``EffectEvent.to_json()``, payload bytes
+    that are not JSON as ``payload_b64``).
 
-    On a ``compacted`` log the oldest surviving record may be any transition: it is the
-    baseline (flagged ``compacted_before``), since each event carries the full snapshot.
+    With ``published`` (what the key's partition owner last published, on a compacted log)
+    the verdicts are the owner's (see :mod:`effectlog.verifier`), and the accepted events
+    whose records compaction removed appear as rows of their own (``removed``, with the
+    ``event_id``). Without it, on a ``compacted`` log the oldest surviving record is taken as
+    the baseline (flagged ``compacted_before``): each event carries the full snapshot, but
+    whether the projector accepted that record is not known.
     """
     from effectlog.audit import event_json
     from effectlog.codec import event_codec
-    from effectlog.errors import CodecError, Conflict
-    from effectlog.machine import check
-    from effectlog.model import EffectEvent, Transition
+    from effectlog.errors import CodecError
+    from effectlog.model import EffectEvent
+    from effectlog.verifier import HistoryVerifier
 
+    verifier = HistoryVerifier(trust_first=compacted and not published, published=published,
+                               named_invariants=False)
     rows: list[dict[str, Any]] = []
-    current: EffectEvent | None = None
     codec = event_codec()
     for record in records:
         row: dict[str, Any] = {"partition": record.partition, "offset": record.offset}
@@ -37,16 +48,20 @@ def judge_records(records: Sequence[Record], compacted: bool) -> list[dict[str, 
         except (CodecError, KeyError, ValueError, TypeError) as exc:
             rows.append({**row, "verdict": f"undecodable: {exc}"})
             continue
-        if current is None and compacted and event.transition is not Transition.CREATE:
-            rows.append({**row, "verdict": "accepted (baseline)", "compacted_before": True,
-                         "event": event_json(event)})
-            current = event
-            continue
-        try:
-            check(current, event)
+        was_partial = event.idempotency_key in verifier.partial_keys
+        violation = verifier.observe(record, event)
+        if violation is not None:
+            verdict = f"rejected ({violation.reason}): {violation.detail}"
+        elif not was_partial and event.idempotency_key in verifier.partial_keys:
+            verdict = "accepted (baseline)"
+            row["compacted_before"] = True
+        else:
             verdict = "accepted"
-            current = event
-        except Conflict as exc:
-            verdict = f"rejected ({exc.reason}): {exc}"
         rows.append({**row, "verdict": verdict, "event": event_json(event)})
+    if records and published:
+        key, partition = records[0].key, records[0].partition
+        for offset, event_id in verifier.removed(key, partition):
+            rows.append({"partition": partition, "offset": offset, "verdict": REMOVED,
+                         "removed": True, "event_id": event_id})
+        rows.sort(key=lambda r: (r["partition"], r["offset"]))
     return rows

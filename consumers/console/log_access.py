@@ -58,7 +58,12 @@ class ConsoleLog:
             self._records[key] = (records, end)
             while len(self._records) > CACHED_KEYS:
                 self._records.popitem(last=False)
-            return judge_records(records, log.compacted)
+            published = None
+            if log.compacted and records:
+                from projections.published import read_published
+
+                published = read_published(log, [partition], key)
+            return judge_records(records, log.compacted, published)
 
     def decide(self, key: str, decision: str, by: str, reason: str) -> EffectEvent:
         """Append the decision (see :func:`consumers.approvals.approve` for its errors)."""

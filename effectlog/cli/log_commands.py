@@ -210,28 +210,43 @@ def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], se
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 @click.pass_obj
 def history(obj: CliContext, key: str, as_json: bool) -> None:
-    """Every event of KEY in log order, read from the log (accepted or rejected)."""
+    """Every event of KEY in log order, read from the log, with the projector's verdict.
+
+    On a compacted log (Kafka) the records are judged by what the partition's owner last
+    published to the state topic: a surviving record it rejected says so, and the accepted
+    events whose records compaction removed are listed by position.
+    """
     from effectlog.history import judge_records
     from effectlog.keys import validate_key
     from effectlog.log.base import EVENTS
+    from projections.published import read_published
 
     validate_key(key)
     log = obj.open_log(against_state=False)
     try:
         records = log.read_key(EVENTS, key)
         compacted = log.compacted
+        published = (read_published(log, [log.partition_for(EVENTS, key)], key)
+                     if compacted and records else None)
     finally:
         log.close()
     if not records:
         fail(f"no events for key {key}", 1)
-    rows = judge_records(records, compacted)
+    rows = judge_records(records, compacted, published)
     if as_json:
         for row in rows:
             emit_json(row)
         return
-    if rows and rows[0].get("compacted_before"):
+    if published:
+        [(partition, mark)] = [(p, pub.applied) for p, pub in published.items()]
+        removed = sum(1 for row in rows if row.get("removed"))
+        click.echo(f"{key}: records below offset {mark} of partition {partition} are judged by "
+                   f"what its owner accepted (the state topic); compaction removed {removed} "
+                   "accepted events")
+    elif rows and rows[0].get("compacted_before"):
         click.echo(f"{key}: the transitions before offset {rows[0]['offset']} were compacted "
-                   "away; the first row below carries the full snapshot as of then")
+                   "away and nothing was published to the state topic; the first row carries "
+                   "the full snapshot as of then, not known to be accepted")
     _print_history(key, rows)
 
 
@@ -242,7 +257,9 @@ def _print_history(key: str, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         event = row.get("event")
         if event is None:
-            table.append([row["offset"], "", "", "", "", "", "", "", row["verdict"]])
+            table.append([row["offset"], "", "", "", "", "", "",
+                          f"event {row['event_id']}" if row.get("event_id") else "",
+                          row["verdict"]])
             continue
         table.append([row["offset"], iso_utc(event["occurred_at"]), event["transition"],
                       event["state"], event["fencing_epoch"], event["worker_id"],

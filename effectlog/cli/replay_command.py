@@ -14,8 +14,10 @@ import click
 from effectlog.audit import Replay, ReplayFilter, ReplaySummary, parse_time, write_avro, write_jsonl
 from effectlog.cli.context import EXIT_CONFLICT, EXIT_NOT_FOUND, CliContext, fail
 from effectlog.errors import InvalidInput
+from effectlog.log.base import EventLog
 from effectlog.redact import redact_url
 from effectlog.text import printable
+from effectlog.verifier import Published
 
 
 def _time(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -60,11 +62,32 @@ def _progress(enabled: bool) -> Iterator[tuple[Callable[[int], None] | None,
         yield (lambda n: bar.advance(task, n)), (lambda total: bar.update(task, total=total))
 
 
+def _published(log: EventLog, key: str | None) -> dict[int, Published] | None:
+    """On a compacted log, what each partition's owner last published (see
+    :mod:`effectlog.verifier`); None where the log keeps every record."""
+    if not log.compacted:
+        return None
+    from effectlog.log.base import EVENTS
+    from projections.published import read_published
+
+    partitions = (range(log.partitions(EVENTS)) if key is None
+                  else [log.partition_for(EVENTS, key)])
+    return read_published(log, partitions, key)
+
+
 def _print_summary(summary: ReplaySummary) -> None:
     scope = summary.scope
     window = "" if scope["history"] == "full" else " (window: verified from each key's first event in it)"
     click.echo(f"replayed {summary.records} records: {summary.events} events, "
                f"{summary.undecodable} undecodable, {summary.keys} keys{window}", err=True)
+    if scope.get("published"):
+        marks = ", ".join(f"{p}:{o}" for p, o in scope["published"].items())
+        click.echo(f"judged below each partition's published offset ({marks}) by what its "
+                   f"owner accepted; compaction removed {summary.compacted_accepted} accepted "
+                   "events of these keys", err=True)
+        if summary.unverifiable:
+            click.echo(f"{summary.unverifiable} records are older than the accepted positions "
+                       "kept for their key (not judged)", err=True)
     if summary.partial_keys:
         click.echo(f"{summary.partial_keys} keys start after their CREATE", err=True)
     if not summary.violation_count:
@@ -105,8 +128,11 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
 
     Verification covers only what was streamed: --key checks that key alone, --until
     ignores later events, and with --since a key's first event in the window is taken as
-    its baseline snapshot. Without --since a key must start with CREATE (on a compacted
-    topic, histories whose start was compacted away show as missing_create).
+    its baseline snapshot. Without --since a key must start with CREATE, except on a
+    compacted topic (Kafka): there the records below each partition's last publication to
+    the state topic are judged by what its owner accepted (a surviving record it rejected
+    is listed with its reason), later records are folded from the published state, and the
+    summary says how many accepted events compaction removed.
 
     Exit status: 0 when the history is clean, 3 when there are violations, 1 when --key
     has no events (in the window), 2 for bad options or a missing log, 4 when the log cannot be read.
@@ -120,8 +146,9 @@ def replay(obj: CliContext, key: str | None, since: int | None, until: int | Non
     log = obj.open_log(against_state=False)
     try:
         log.verify()  # an audit of a log its backend reports damaged fails loudly (exit 4)
+        published = _published(log, key) if since is None else None
         with _progress(sys.stderr.isatty()) as (advance, set_total):
-            run = Replay(log, selection, progress=advance)
+            run = Replay(log, selection, progress=advance, published=published)
             total = run.total()
             if key is not None and total == 0:
                 fail(f"no events for key {key}", EXIT_NOT_FOUND)

@@ -10,6 +10,7 @@ shows it, so it can fail).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -25,9 +26,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from effectlog.audit import Replay
 from effectlog.log import EVENTS
 from effectlog.log.kafka import KafkaSettings, create_topics
 from projections.checkpoint import Checkpoint
+from projections.published import read_published
 from tests.cluster_support import Serve, wait_until
 from tests.integration.test_kafka_compaction import (
     compact_fast,
@@ -106,12 +109,14 @@ def test_restores_equal_a_full_replay_made_before_compaction(kafka_bootstrap: st
     try:
         wait_until(lambda: len(serving(first)) == PARTITIONS, 60, "a serves every partition")
         replayed(url, replay)  # a full replay of every record, before compaction
+        verdicts_before = audit_verdicts(url, published=False)
         compact(url)
         # the truth: that replay, resumed at its own offset over what came after (the sealers)
         truth = replayed(url, replay)
         wait_until(lambda: published_everything(url), 30, "a published its state")
         assert replayed(url, tmp_path / "compacted-alone") != truth, \
             "the compacted events topic alone gives other states (the test can fail)"
+        audit_keeps_its_meaning(url, verdicts_before, keys)
 
         second = Serve(tmp_path, "b", url, None)  # a new member: restores what it is given
         try:
@@ -131,6 +136,43 @@ def test_restores_equal_a_full_replay_made_before_compaction(kafka_bootstrap: st
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert digests(first.state_dir, list(range(PARTITIONS))) == truth
     assert len(keys) == 21
+
+
+def audit_verdicts(url: str, published: bool) -> tuple[dict[tuple[int, int], bool], int]:
+    """Accepted or not, per position, as ``replay`` judges them (by the publications when
+    ``published``), and how many accepted events it says compaction removed."""
+    with opened(url) as log:
+        marks = read_published(log, range(PARTITIONS)) if published else None
+        assert not published or (marks is not None and len(marks) == PARTITIONS)
+        run = Replay(log, published=marks)
+        verdicts = {(i.record.partition, i.record.offset): i.violation is None for i in run}
+    return verdicts, run.summary.compacted_accepted
+
+
+def audit_keeps_its_meaning(url: str, before: tuple[dict[tuple[int, int], bool], int],
+                            keys: list[str]) -> None:
+    """After compaction, ``replay`` and ``history`` give each surviving record the verdict a
+    replay gave it before, and name the accepted events compaction removed."""
+    truth, _ = before
+    after, removed = audit_verdicts(url, published=True)
+    surviving = {position: ok for position, ok in after.items() if position in truth}
+    assert surviving == {position: truth[position] for position in surviving}
+    rejected_latest = [p for p, ok in surviving.items() if not ok]
+    assert len(rejected_latest) >= len(keys), "every key's rejected latest record survives"
+    gone = [p for p, ok in truth.items() if ok and p not in after]
+    assert removed == len(gone) > 0
+    cli = [sys.executable, "-m", "effectlog.cli.main", "--log", url]
+    stale = next(k for k in keys if ":stale_epoch-0:" in k)
+    shown = subprocess.run([*cli, "history", stale, "--json"], capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [r["verdict"].split(":")[0] for r in rows if not r.get("removed")] == [
+        "rejected (stale_epoch)"], rows
+    assert sum(1 for r in rows if r.get("removed")) == 3  # create, reserve, claim
+    audit = subprocess.run([*cli, "replay", "--out", "/dev/null"], capture_output=True,
+                           text=True, timeout=120)
+    assert audit.returncode == 3 and f"compaction removed {removed} accepted" in audit.stderr
 
 
 def pausing_serve(tmp_path: Path, name: str, url: str, point: str, on: int = 2,

@@ -25,7 +25,10 @@ from effectlog.errors import Fenced
 from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
 from effectlog.log.memory import MemoryLog
+from effectlog.audit import Replay
+from effectlog.verifier import Published
 from projections.checkpoint import Checkpoint
+from projections.published import read_published
 from projections.projector import Projector
 from projections.rocksdb.digest import partition_digest
 from tests.restore_support import REASONS, RESTORED, history
@@ -135,8 +138,31 @@ def test_a_restore_from_the_changelog_equals_a_full_replay(
         compacted = compact_below(records, checkpoint.applied)
         restored = digest(CompactedLog(compacted, changelog, log_id), tmp / "restored", True)
         assert restored == truth
+        _audit_agrees(records, compacted, changelog, log_id)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _verdicts(log: EventLog, published: dict[int, Published] | None) -> tuple[
+        dict[int, bool], Replay]:
+    run = Replay(log, published=published)
+    return {item.record.offset: item.violation is None for item in run}, run
+
+
+def _audit_agrees(records: list[Record], compacted: list[Record], changelog: MemoryChangelog,
+                  log_id: str) -> None:
+    """``replay`` of the compacted log, judged by the owner's publication, gives each
+    surviving record the verdict a replay of the whole log gives it, and counts the accepted
+    events compaction removed."""
+    truth, _ = _verdicts(CompactedLog(records, MemoryChangelog(), log_id), None)
+    log = CompactedLog(compacted, changelog, log_id)
+    published = read_published(log, [0])
+    assert published is not None and 0 in published
+    audit, run = _verdicts(log, published)
+    assert audit == {offset: truth[offset] for offset in audit}
+    removed = sum(1 for r in records if truth[r.offset] and r.offset < published[0].applied
+                  and all(k.offset != r.offset for k in compacted))
+    assert run.summary.compacted_accepted == removed
 
 
 def interleaved(keys: list[tuple[str, int]], data: st.DataObject) -> list[Record]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as TP
 
-from effectlog.errors import BackendUnavailable, Fenced
+from effectlog.errors import BackendUnavailable, Fenced, LogMissing
 from effectlog.log.base import STATE
 from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
 from effectlog.log.kafka.producer import error_text, producer_config
@@ -157,6 +157,8 @@ class KafkaChangelog(Changelog):
         except KafkaException as exc:
             raise BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: end "
                                      f"of {self.name}/{partition}: {error_text(exc)}") from None
+        if found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise LogMissing(f"no changelog topic {self.name}: run `effectlog topics create`")
         if found.error is not None or found.offset < 0:
             raise BackendUnavailable(f"no end offset for {self.name}/{partition}: "
                                      f"{found.error.str() if found.error else found.offset}")
