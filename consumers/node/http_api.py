@@ -42,7 +42,14 @@ from effectlog.judge.query import Answer, Query
 from effectlog.metrics import CONTENT_TYPE_LATEST
 from effectlog.redact import redact_url
 from effectlog.stats import STATES, stats_figures
-from projections.paging import Filters, format_cursor, merge_pages, page_of, parse_cursor
+from projections.paging import (
+    MAX_LIMIT,
+    Filters,
+    format_cursor,
+    merge_pages,
+    page_of,
+    parse_cursor,
+)
 
 if TYPE_CHECKING:
     from consumers.node.ports import ServedNode
@@ -54,7 +61,6 @@ RouteHook = Callable[[web.Application], None]
 NODE_KEY: web.AppKey[ServedNode] = web.AppKey("effectlog_node")
 DEFAULT_TIMEOUT_MS = 5000
 MAX_TIMEOUT_MS = 60_000
-MAX_LIMIT = 10_000
 RETRY_AFTER_S = "1"
 
 
