@@ -29,6 +29,7 @@ dist:
 	rm -rf build/dist-venv $(DIST)/effectlog-*.whl
 	$(PYTHON) -m venv build/dist-venv
 	build/dist-venv/bin/python -m pip wheel --quiet --no-deps --wheel-dir $(DIST) .
+	rm -rf build/lib build/bdist.* effectlog.egg-info
 	rm -rf build/dist-venv
 	@ls $(DIST)/effectlog-*.whl
 

@@ -162,6 +162,11 @@ class EventLog(ABC):
         projection rests on (Kafka: records must carry the broker's time, which recovery
         measures "stuck" on, never a writer's clock)."""
 
+    def connect(self) -> None:  # noqa: B027 - optional hook
+        """Do now what the first append would pay for (Kafka: connect, read the topic's
+        metadata, acquire the idempotent producer id), so no first call does; raise
+        :class:`~effectlog.errors.BackendUnavailable` when the backend does not answer."""
+
     def verify(self) -> None:  # noqa: B027 - optional hook
         """Ask the backend whether its storage is intact, before writing (SQLite runs its
         quick_check); raise :class:`BackendUnavailable` when it reports damage."""
