@@ -53,9 +53,12 @@ kafka-up: $(STAMP)
 kafka-down: $(STAMP)
 	$(PY) -m tools.kafka down
 
+# The demo names its own fresh topics (effects-demo-<ms>); `effectlog --log kafka://HOST:PORT
+# topics delete --prefix effects-demo-` removes them all.
 demo-kafka: kafka-up
-	$(VENV)/bin/effectlog --log "kafka://$$(cat $(KAFKA_BOOTSTRAP_FILE))?prefix=demo$$(date +%s)" \
+	$(VENV)/bin/effectlog --log "kafka://$$(cat $(KAFKA_BOOTSTRAP_FILE))" \
 		--state .effectlog/demo-kafka/state demo
+	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
 test: $(STAMP) lint typecheck
 	$(PY) -m pytest -ra

@@ -3,6 +3,7 @@ asyncio warning, even with a request waiting."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -21,11 +22,9 @@ pytestmark = pytest.mark.kafka
 
 def _wait_for_offset(url: str) -> None:
     """A request that waits (up to 30 s) for an offset the partition never reaches."""
-    try:
+    with contextlib.suppress(urllib.error.URLError, OSError):
         urllib.request.urlopen(f"{url}/v1/effects/agent:x:y:z?min_offset=999999&timeout_ms=30000",
                                timeout=40).read()
-    except (urllib.error.URLError, OSError):
-        pass
 
 
 def test_sigterm_with_the_broker_gone_exits_within_3s_without_warnings(tmp_path: Path) -> None:

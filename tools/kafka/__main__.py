@@ -61,6 +61,7 @@ def down() -> int:
     if pid is None:
         print("Apache Kafka is not running")
         return 0
+    _stop_attached_serve()
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _pid() is not None:
@@ -70,6 +71,21 @@ def down() -> int:
     (HOME / "pid").unlink(missing_ok=True)
     print(f"Apache Kafka stopped (pid {pid})")
     return 0
+
+
+def _stop_attached_serve() -> None:
+    """Name and stop the ``effectlog serve`` processes still connected to the broker."""
+    from tools.kafka.attached import serve_processes, stop_processes
+
+    try:
+        port = int((HOME / "bootstrap").read_text().strip().rsplit(":", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return
+    attached = serve_processes(port)
+    for pid, command in sorted(attached.items()):
+        print(f"stopping effectlog serve (pid {pid}), still attached: {command}")
+    for pid in stop_processes(sorted(attached)):
+        print(f"effectlog serve (pid {pid}) did not stop within 10s: it stays")
 
 
 def status() -> int:
