@@ -1,5 +1,6 @@
 """``python -m tools.kafka up|down|status``: the development broker behind ``make kafka-up``.
 
+``lock`` writes ``tools/kafka/jars.lock`` again from ``tools/kafka/pom.xml`` (with Maven).
 ``up`` starts Apache Kafka in the background on ``$KAFKA_PORT`` (default: a free port) with its
 data in ``.effectlog/kafka/``, writes ``host:port`` to ``.effectlog/kafka/bootstrap`` and prints
 ``KAFKA_BOOTSTRAP=host:port`` as its last line; ``down`` stops it; ``status`` says whether it runs.
@@ -88,6 +89,19 @@ def _stop_attached_serve() -> None:
         print(f"effectlog serve (pid {pid}) did not stop within 10s: it stays")
 
 
+def lock() -> int:
+    """Write the jar locks again from their pom.xml (this step needs Maven): Kafka's, and
+    Avro's for the interop tests."""
+    from tools.avro import interop
+    from tools.kafka.broker import KAFKA_VERSION
+    from tools.kafka.jars import LOCK, write_lock
+
+    print(f"locked {write_lock(f'kafka {KAFKA_VERSION}')} jars of Apache Kafka in {LOCK}")
+    count = write_lock(interop.lock_label(), interop.LOCK, interop.POM)
+    print(f"locked {count} jars of Apache Avro in {interop.LOCK}")
+    return 0
+
+
 def status() -> int:
     pid = _pid()
     bootstrap = (HOME / "bootstrap").read_text().strip() if (HOME / "bootstrap").exists() else ""
@@ -101,9 +115,9 @@ def status() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.kafka", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "lock"))
     action = parser.parse_args().action
-    return {"up": up, "down": down, "status": status}[action]()
+    return {"up": up, "down": down, "status": status, "lock": lock}[action]()
 
 
 if __name__ == "__main__":
