@@ -36,14 +36,16 @@ class Filters(NamedTuple):
 
     kind: str | None = None     # a prefix: ``payment`` matches ``payment.charge``
     target: str | None = None   # a substring of the target
+    key: str | None = None      # a prefix of the key: ``agent:run-7.`` is run-7's effects
 
     def match(self, snapshot: dict[str, Any]) -> bool:
         return (self.kind is None or str(snapshot["kind"]).startswith(self.kind)) and \
-            (self.target is None or self.target in str(snapshot["target"]))
+            (self.target is None or self.target in str(snapshot["target"])) and \
+            (self.key is None or str(snapshot["idempotency_key"]).startswith(self.key))
 
     @property
     def any(self) -> bool:
-        return self.kind is not None or self.target is not None
+        return self.kind is not None or self.target is not None or self.key is not None
 
 
 ANYTHING = Filters()

@@ -61,6 +61,11 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
               help="Run the reconciler against this provider (module:factory, fake:///path, "
                    "http://host:port, mcp:///path/effects.toml).")
+@click.option("--console-users", envvar="EFFECTLOG_CONSOLE_USERS", default=None, metavar="FILE",
+              help="People who may retry or abandon effects in the web console, each with "
+                   "their own name and password (hashed), recorded under that name: a file "
+                   "written by effectlog console-users add. Without it or --console-token "
+                   "the console is read-only.")
 @click.option("--console-token", envvar="EFFECTLOG_CONSOLE_TOKEN", default=None, metavar="TOKEN",
               help="Lets people who log in with it retry or abandon effects from the web "
                    "console at / (env EFFECTLOG_CONSOLE_TOKEN); without it the console is "
@@ -77,7 +82,7 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
           standbys: int, session_timeout: str, provider_spec: str | None,
-          console_token: str | None,
+          console_users: str | None, console_token: str | None,
           metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
@@ -85,6 +90,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     query API (GET /v1/effects/KEY, /v1/effects, /v1/stats) and the web console (/)
     until SIGTERM."""
     from consumers.console import ConsoleSettings, console_routes
+    from consumers.console.users import Users
     from consumers.node.node import Node, NodeSettings
     from consumers.providers import load_provider
     from consumers.reconciler import ReconcilerSettings
@@ -100,9 +106,12 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
         observe_every_s=max(recovery.poll_s, 1.0))
     provider = load_provider(provider_spec) if provider_spec else None
+    users = Users.load(console_users) if console_users else None
     stop = stop_on_signals()
     node = Node(obj.log_url, settings, provider,
-                extra_routes=console_routes(ConsoleSettings(token=console_token or None)))
+                extra_routes=console_routes(ConsoleSettings(
+                    token=console_token or None, users=users, reconciles=provider is not None,
+                    recovery=recovery)))
     try:
         node.start()
     except BaseException:
@@ -110,7 +119,8 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         node.close()
         raise
     click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
-               f"/healthz; web console at / {'with decisions' if console_token else 'read-only'})",
+               f"/healthz; web console at / "
+               f"{'with decisions' if users or console_token else 'read-only'})",
                err=True)
     while not stop.wait(0.2) and not node.crashed.is_set():
         pass
