@@ -31,6 +31,7 @@ dist:
 	build/dist-venv/bin/python -m pip wheel --quiet --no-deps --wheel-dir $(DIST) .
 	rm -rf build/lib build/bdist.* effectlog.egg-info
 	rm -rf build/dist-venv
+	-@rmdir build 2>/dev/null
 	@ls $(DIST)/effectlog-*.whl
 
 install: dist
