@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 KAFKA_BOOTSTRAP_FILE := .effectlog/kafka/bootstrap
 
 .PHONY: demo demo-kafka test lint typecheck unit bench soak chaos clean kafka-up kafka-down console-screenshots \
-	docs docs-serve
+	docs docs-serve dist install
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,8 +15,37 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# `effectlog` on PATH: `. .venv/bin/activate` in this shell (after any target here), or
+# `make install`: the wheel into its own venv under $(PREFIX)/share/effectlog, linked as
+# $(PREFIX)/bin/effectlog (EXTRAS=langgraph,mcp adds extras; PIP_FLAGS go to pip install).
+PREFIX    ?= $(HOME)/.local
+EXTRAS    ?=
+PIP_FLAGS ?=
+APP_VENV  := $(PREFIX)/share/effectlog/venv
+
+# The wheel, built from this tree alone in a throwaway venv (only python3 -m venv needed).
+DIST ?= dist
+dist:
+	rm -rf build/dist-venv $(DIST)/effectlog-*.whl
+	$(PYTHON) -m venv build/dist-venv
+	build/dist-venv/bin/python -m pip wheel --quiet --no-deps --wheel-dir $(DIST) .
+	rm -rf build/lib build/bdist.* effectlog.egg-info
+	rm -rf build/dist-venv
+	-@rmdir build 2>/dev/null
+	@ls $(DIST)/effectlog-*.whl
+
+install: dist
+	$(PYTHON) -m venv $(APP_VENV)
+	$(APP_VENV)/bin/python -m pip install --quiet $(PIP_FLAGS) --force-reinstall --no-deps $(DIST)/effectlog-*.whl
+	$(APP_VENV)/bin/python -m pip install --quiet $(PIP_FLAGS) "$$(ls $(DIST)/effectlog-*.whl)$(if $(EXTRAS),[$(EXTRAS)])"
+	mkdir -p $(PREFIX)/bin
+	ln -sf $(APP_VENV)/bin/effectlog $(PREFIX)/bin/effectlog
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) echo "effectlog installed: $(PREFIX)/bin/effectlog";; \
+	  *) echo "effectlog installed: $(PREFIX)/bin/effectlog; put it on PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
+
 demo: $(STAMP)
 	$(VENV)/bin/effectlog --log sqlite:///.effectlog/demo/log.db --state .effectlog/demo/state demo
+	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
 # Apache Kafka 4.x from Maven Central jars (no Docker): KAFKA_PORT=9092 make kafka-up
 kafka-up: $(STAMP)
@@ -25,9 +54,12 @@ kafka-up: $(STAMP)
 kafka-down: $(STAMP)
 	$(PY) -m tools.kafka down
 
+# The demo names its own fresh topics (effects-demo-<ms>); `effectlog --log kafka://HOST:PORT
+# topics delete --prefix effects-demo-` removes them all.
 demo-kafka: kafka-up
-	$(VENV)/bin/effectlog --log "kafka://$$(cat $(KAFKA_BOOTSTRAP_FILE))?prefix=demo$$(date +%s)" \
+	$(VENV)/bin/effectlog --log "kafka://$$(cat $(KAFKA_BOOTSTRAP_FILE))" \
 		--state .effectlog/demo-kafka/state demo
+	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
 test: $(STAMP) lint typecheck
 	$(PY) -m pytest -ra

@@ -20,6 +20,8 @@ from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.http_get import KeepAliveGets
 from effectlog.judge.client import server_list
 
+Snapshots = list[dict[str, Any]]  # ``list --json``: snapshots, oldest first
+
 
 class KeyState(NamedTuple):
     """One key as its partition's owner answered: the snapshot (``get --json``'s JSON, or
@@ -71,14 +73,22 @@ class StateClient:
     def list(self, state: str | None = None, older_than: str | None = None,
              limit: int = 100) -> list[dict[str, Any]]:
         """Snapshots by state and age over the whole group, oldest first."""
+        return self.list_page(state, older_than, limit)[0]
+
+    def list_page(self, state: str | None = None, older_than: str | None = None,
+                  limit: int = 100, after: str | None = None) -> tuple[Snapshots, str | None]:
+        """One page of :meth:`list` past the cursor ``after``, and the cursor of the next
+        page (None when the list ends here)."""
         params = {"limit": str(limit)}
         if state is not None:
             params["state"] = state
         if older_than is not None:
             params["older_than"] = older_than
-        _, body, _ = self._request("/v1/effects", params)
-        found: list[dict[str, Any]] = json.loads(body)
-        return found
+        if after is not None:
+            params["after"] = after
+        _, body, headers = self._request("/v1/effects", params)
+        found: Snapshots = json.loads(body)
+        return found, headers.get("Effectlog-Next") or None
 
     def stats(self) -> dict[str, Any]:
         """``effectlog stats --json``'s figures over the whole group."""

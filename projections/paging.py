@@ -18,6 +18,8 @@ from projections.store import Cursor, ProjectionReader, cursor_of
 
 #: Index entries one page may visit (per state, per member) before it stops short.
 SCAN_BUDGET = 5000
+#: The most effects one page may ask for: the CLI's ``list --limit`` and the HTTP API agree.
+MAX_LIMIT = 10_000
 
 
 class Page(NamedTuple):
@@ -34,14 +36,16 @@ class Filters(NamedTuple):
 
     kind: str | None = None     # a prefix: ``payment`` matches ``payment.charge``
     target: str | None = None   # a substring of the target
+    key: str | None = None      # a prefix of the key: ``agent:run-7.`` is run-7's effects
 
     def match(self, snapshot: dict[str, Any]) -> bool:
         return (self.kind is None or str(snapshot["kind"]).startswith(self.kind)) and \
-            (self.target is None or self.target in str(snapshot["target"]))
+            (self.target is None or self.target in str(snapshot["target"])) and \
+            (self.key is None or str(snapshot["idempotency_key"]).startswith(self.key))
 
     @property
     def any(self) -> bool:
-        return self.kind is not None or self.target is not None
+        return self.kind is not None or self.target is not None or self.key is not None
 
 
 ANYTHING = Filters()
@@ -74,10 +78,9 @@ def merge_pages(pages: Iterable[Page], limit: int) -> Page:
     items = sorted((s for p in pages for s in p.items), key=cursor_of)
     if frontier is not None:
         items = [s for s in items if cursor_of(s) <= frontier]
-    items = items[:limit]
-    if len(items) == limit:
-        return Page(items, cursor_of(items[-1]))
-    return Page(items, frontier)
+    if len(items) > limit or (len(items) == limit and frontier is not None):
+        return Page(items[:limit], cursor_of(items[limit - 1]))
+    return Page(items, frontier)  # every source ended (None) or stopped short at frontier
 
 
 def format_cursor(cursor: Cursor) -> str:

@@ -73,3 +73,17 @@ def fault_broker() -> Iterator[KafkaBroker]:
 
 
 # ---- end of broker fault fixtures --------------------------------------------------------
+
+# ---- What the machine still lacks (tests/system_needs.py) --------------------------------
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line naming the system packages whose tests skipped for want of them."""
+    from tests.system_needs import missing_line
+
+    line = missing_line()
+    if line is not None:
+        terminalreporter.write_line(line, yellow=True)
+
+
+# ---- end of what the machine still lacks -------------------------------------------------

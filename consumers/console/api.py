@@ -43,12 +43,13 @@ class ApiClient:
     async def stats(self) -> Answer:
         return await self._get("/v1/stats", {})
 
-    async def effects(self, state: str, *, limit: int, after: str | None = None,
+    async def effects(self, state: str | None, *, limit: int, after: str | None = None,
                       kind: str | None = None, target: str | None = None,
-                      older_than: str | None = None) -> Answer:
-        """One page of ``state`` (oldest first); ``next`` is the following page's cursor."""
+                      older_than: str | None = None, key: str | None = None) -> Answer:
+        """One page of ``state`` (None: every state; oldest first); ``next`` is the following
+        page's cursor. ``key`` is a key prefix, ``kind`` a prefix, ``target`` a substring."""
         params = {"state": state, "limit": str(limit), "after": after, "kind": kind,
-                  "target": target, "older_than": older_than}
+                  "target": target, "older_than": older_than, "key": key}
         return await self._get("/v1/effects", {k: v for k, v in params.items() if v})
 
     async def effect(self, key: str, fresh_ms: int = 3000) -> Answer:

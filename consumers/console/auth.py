@@ -3,8 +3,11 @@
 Reading needs nothing (like the query API next to it). Writing (a decision on an effect)
 needs, all at once:
 
-- a console token configured at ``serve`` (none: the console is read-only);
-- a session cookie, issued by ``POST /login`` to whoever typed that token: HMAC-signed
+- people configured at ``serve``: a users file (``--console-users``: each person logs in
+  with their own name and password, and decides under that name; see
+  :mod:`consumers.console.users`), or one shared console token (``--console-token``: whoever
+  has it types a name); neither: the console is read-only;
+- a session cookie, issued by ``POST /login``, naming the person: HMAC-signed
   with a key drawn at start-up (a restart ends every session), ``HttpOnly``,
   ``SameSite=Strict``, valid for :data:`SESSION_TTL_S`;
 - the session's CSRF token in the form (an HMAC of the session, so it needs no storage);
@@ -16,6 +19,8 @@ so a DNS-rebinding page cannot reach the console under a name of its own.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -25,6 +30,8 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from aiohttp import web
+
+from consumers.console.users import Users
 
 COOKIE = "effectlog_console"
 CSRF_FIELD = "csrf"
@@ -51,47 +58,78 @@ class ConsoleAuth:
     """Checks the console token, issues and verifies sessions, and guards writes."""
 
     def __init__(self, token: str | None, *, loopback_only: bool,
-                 ttl_s: float = SESSION_TTL_S) -> None:
-        self._token = None if not token else token.encode("utf-8")
+                 ttl_s: float = SESSION_TTL_S, users: Users | None = None) -> None:
+        self._token = None if not token or users is not None else token.encode("utf-8")
+        self.users = users
         self.loopback_only = loopback_only
         self.ttl_s = ttl_s
         self._key = secrets.token_bytes(32)
 
     @property
     def writable(self) -> bool:
-        """Whether a token is configured (otherwise nothing can be written)."""
-        return self._token is not None
+        """Whether anyone can log in (otherwise nothing can be written)."""
+        return self._token is not None or self.users is not None
+
+    @property
+    def named(self) -> bool:
+        """Whether people log in under their own names (a users file)."""
+        return self.users is not None
 
     def token_matches(self, given: str) -> bool:
         return self._token is not None and hmac.compare_digest(given.encode("utf-8"),
                                                                self._token)
 
+    def log_in(self, name: str, secret: str) -> str | None:
+        """Who logs in: the user's name (users file), "" (the shared token), or None."""
+        if self.users is not None:
+            return self.users.check(name, secret)
+        return "" if self.token_matches(secret) else None
+
     # -- sessions ------------------------------------------------------------------------
 
-    def new_session(self) -> str:
-        """A signed cookie value: ``nonce.issued.signature``."""
+    def new_session(self, user: str = "") -> str:
+        """A signed cookie value: ``nonce.issued.user.signature`` (user in base64url)."""
         nonce, issued = secrets.token_urlsafe(18), str(int(time.time()))
-        return f"{nonce}.{issued}.{self._sign('session', nonce, issued)}"
+        who = base64.urlsafe_b64encode(user.encode("utf-8")).decode("ascii").rstrip("=")
+        return f"{nonce}.{issued}.{who}.{self._sign('session', nonce, issued, who)}"
 
-    def session(self, request: web.Request) -> str | None:
-        """The nonce of the request's valid session, or None."""
-        value = request.cookies.get(COOKIE, "")
-        nonce, _, rest = value.partition(".")
-        issued, _, signature = rest.partition(".")
-        if not (nonce and issued.isdigit() and signature) or not self.writable:
+    def _session(self, request: web.Request) -> tuple[str, str] | None:
+        """(nonce, user) of the request's valid session, or None."""
+        parts = request.cookies.get(COOKIE, "").split(".")
+        if len(parts) != 4 or not self.writable:
             return None
-        if not hmac.compare_digest(signature, self._sign("session", nonce, issued)):
+        nonce, issued, who, signature = parts
+        if not (nonce and issued.isdigit() and signature):
+            return None
+        if not hmac.compare_digest(signature, self._sign("session", nonce, issued, who)):
             return None
         if time.time() - int(issued) > self.ttl_s:
             return None
-        return nonce
+        try:
+            user = base64.urlsafe_b64decode(who + "=" * (-len(who) % 4)).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        if self.named and not user:
+            return None  # a token session from before a restart with a users file
+        return nonce, user
+
+    def session(self, request: web.Request) -> str | None:
+        """The nonce of the request's valid session, or None."""
+        found = self._session(request)
+        return None if found is None else found[0]
+
+    def user(self, request: web.Request) -> str | None:
+        """The logged-in person's name ("" for a shared-token session), or None."""
+        found = self._session(request)
+        return None if found is None else found[1]
 
     def csrf(self, nonce: str) -> str:
         """The CSRF token of the session ``nonce``."""
         return self._sign("csrf", nonce)
 
-    def set_cookie(self, response: web.StreamResponse, request: web.Request) -> None:
-        response.set_cookie(COOKIE, self.new_session(), httponly=True, samesite="Strict",
+    def set_cookie(self, response: web.StreamResponse, request: web.Request,
+                   user: str = "") -> None:
+        response.set_cookie(COOKIE, self.new_session(user), httponly=True, samesite="Strict",
                             secure=request.secure, path="/", max_age=int(self.ttl_s))
 
     def _sign(self, *parts: str) -> str:
@@ -124,11 +162,11 @@ class ConsoleAuth:
         """The session nonce of an allowed write; :class:`WriteRefused` otherwise."""
         if not self.writable:
             raise WriteRefused("this console is read-only: serve was started without "
-                               "--console-token")
+                               "--console-users or --console-token")
         self.check_same_origin(request)
         nonce = self.session(request)
         if nonce is None:
-            raise WriteRefused("log in with the console token first")
+            raise WriteRefused("log in first")
         if not hmac.compare_digest(str(form.get(CSRF_FIELD, "")), self.csrf(nonce)):
             raise WriteRefused("the form's CSRF token is missing or stale: reload the page")
         return nonce

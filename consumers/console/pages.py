@@ -8,6 +8,7 @@ HTML escaping (autoescape), so keys, worker ids, reasons and payloads may hold m
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -88,6 +89,49 @@ def detail(event: dict[str, Any]) -> str:
     return ""
 
 
+_RUN_OPERATION = re.compile(r"(.+)\.([0-9]+)")
+
+
+def run_of(operation_id: str) -> str | None:
+    """The run id of an operation numbered by ``effectlog.run`` (``{run_id}.{n}``), else None."""
+    found = _RUN_OPERATION.fullmatch(operation_id)
+    return found.group(1) if found else None
+
+
+def run_key_prefix(run_id: str) -> str:
+    """The key prefix every effect of run ``run_id`` shares: ``agent:{run_id}.``."""
+    return f"agent:{run_id}."
+
+
+def call_number(snapshot: dict[str, Any]) -> int:
+    """The ``n`` of an operation id ``{run_id}.{n}`` (its place in the run), or 0."""
+    found = _RUN_OPERATION.fullmatch(str(snapshot.get("operation_id", "")))
+    return int(found.group(2)) if found else 0
+
+
+def next_step(e: dict[str, Any], *, reconciles: bool, deadline_s: float, poll_s: float,
+              now_ms: int) -> str | None:
+    """What happens to the effect next, and when, as the console tells it after a decision
+    (None when nothing is pending)."""
+    approval = e.get("approval") or {}
+    if e["state"] == "ABANDONED":
+        return f"Done: abandoned by {approval.get('by', 'a person')}; nothing will be sent."
+    if e["state"] == "RESERVED" and approval.get("decision") == "RETRY":
+        if not reconciles:
+            return ("Next: nothing here sends it (this serve runs no reconciler: it was started "
+                    "without --provider). `effectlog reconcile --once --provider SPEC` sends it "
+                    "with the same key, or the job's own worker when the job is delivered again.")
+        due_ms = int(e["occurred_at"]) + int(deadline_s * 1000)
+        when = utc(due_ms) if due_ms > now_ms else "now"
+        wait = f" (in {age(now_ms, due_ms)})" if due_ms > now_ms else ""
+        return (f"Next: recovery takes it up at {when}{wait}, {deadline_s:g}s after the decision "
+                f"(its deadline for {e['kind']}), and this cluster's reconciler sends it again "
+                f"with the same key at epoch {e['fencing_epoch']}, within {poll_s:g}s of that.")
+    if e["state"] == "DISPATCHED" and approval.get("decision") == "RETRY":
+        return "Sent again with the same key after the retry decision: waiting for the outcome."
+    return None
+
+
 def payload_text(event: dict[str, Any]) -> str | None:
     """The payload as pretty JSON when the event carries it on the log (never a
     ``payload_ref``'s content, which is not on the log)."""
@@ -119,5 +163,5 @@ def environment() -> Environment:
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(age=age, utc=utc, key_path=key_path, detail=detail)
     env.globals.update(STATE_NOTES=STATE_NOTES, list_url=list_url, DECIDABLE=DECIDABLE,
-                       payload_text=payload_text)
+                       payload_text=payload_text, run_of=run_of)
     return env

@@ -3,8 +3,10 @@
 ``GET /``                   counts and lag, then the effects awaiting approval and UNKNOWN
 ``GET /effects?state=S``    one state's list, oldest first, cursor-paged, filtered by
                             kind (prefix), target (substring) and age (``older_than``)
-``GET /effects/{key}``      the key's state and its timeline from the log
-``POST /effects/{key}``     retry or abandon (token session + CSRF + same origin)
+``GET /effects/{key}``      the key's state, its timeline from the log, what happens next
+``POST /effects/{key}``     retry or abandon (session + CSRF + same origin), recorded under
+                            the logged-in person's name
+``GET /search?q=Q``, ``GET /runs/{run}``  finding effects (:mod:`consumers.console.search`)
 ``GET|POST /login``, ``POST /logout``, ``GET /go?key=K``, ``/static/*``
 
 Lists, stats and key states come from the node's query API (which forwards and merges
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -32,9 +34,14 @@ from consumers.console.pages import (
     header,
     key_path,
     list_url,
+    next_step,
     payload_text,
+    run_of,
 )
+from consumers.console.search import SearchPages
+from consumers.console.users import Users
 from consumers.node.http_api import NODE_KEY, RouteHook
+from consumers.recovery import RecoverySettings
 from effectlog.errors import (
     BackendUnavailable,
     Conflict,
@@ -61,9 +68,15 @@ SECURITY_HEADERS = {
 
 @dataclass(frozen=True, slots=True)
 class ConsoleSettings:
-    """``token`` None or empty: read-only. ``refresh_ms``: how often pages refresh."""
+    """Who may decide: ``users`` (named people, a users file; wins over ``token``) or one
+    shared ``token``; neither: read-only. ``reconciles``/``recovery``: whether this serve
+    runs a reconciler and its recovery deadlines, for "what happens next". ``refresh_ms``:
+    how often pages refresh."""
 
     token: str | None = None
+    users: Users | None = None
+    reconciles: bool = False
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
     page_size: int = 50
     refresh_ms: int = 2000
 
@@ -82,8 +95,10 @@ class _Console:
         self.settings = settings
         self.api = ApiClient(node.url)
         self.log = ConsoleLog(node.log_url, node.url)
-        self.auth = ConsoleAuth(settings.token, loopback_only=is_loopback(node.http_host))
+        self.auth = ConsoleAuth(settings.token, loopback_only=is_loopback(node.http_host),
+                                users=settings.users)
         self.env = environment()
+        self.search = SearchPages(self.api, self._render)
 
     def install(self, app: web.Application) -> None:
         add = app.router.add_route
@@ -92,6 +107,8 @@ class _Console:
         add("GET", "/effects/{key:.+}", self._guard(self.effect))
         add("POST", "/effects/{key:.+}", self._guard(self.decide))
         add("GET", "/go", self._guard(self.go))
+        add("GET", "/search", self._guard(self.search.search))
+        add("GET", "/runs/{run:.+}", self._guard(self.search.run))
         add("GET", "/login", self._guard(self.login_form))
         add("POST", "/login", self._guard(self.login))
         add("POST", "/logout", self._guard(self.logout))
@@ -127,11 +144,12 @@ class _Console:
                       **context: Any) -> web.Response:
         if stats is None:
             stats = await self.api.stats()
-        nonce = self.auth.session(request)
+        nonce, user = self.auth.session(request), self.auth.user(request)
         page = self.env.get_template(template).render(
             summary=header(stats.body if stats.status == 200 else None),
             auth={"writable": self.auth.writable, "session": nonce is not None,
-                  "csrf": "" if nonce is None else self.auth.csrf(nonce)},
+                  "csrf": "" if nonce is None else self.auth.csrf(nonce),
+                  "named": self.auth.named, "user": user or ""},
             request_path=request.path_qs, node_url=self.node.url,
             refresh_ms=self.settings.refresh_ms, now_ms=int(time.time() * 1000),
             current_state=current_state, **context)
@@ -164,7 +182,7 @@ class _Console:
             raise InvalidInput(f"state must be one of {', '.join(STATE_ORDER)}")
         limit = _page_size(query.get("limit"), self.settings.page_size)
         filters = {name: query.get(name, "").strip() or None
-                   for name in ("kind", "target", "older_than")}
+                   for name in ("key", "kind", "target", "older_than")}
         after = query.get("after") or None
         after_at = parse_cursor(after)[0] if after else None
         page, stats = await asyncio.gather(
@@ -202,8 +220,13 @@ class _Console:
                       f"(epoch {event['fencing_epoch']})")
         create = next((r["event"] for r in rows if r.get("event", {}).get("transition")
                        == "CREATE"), None)
+        after = None if snapshot is None else next_step(
+            snapshot, reconciles=self.settings.reconciles,
+            deadline_s=self.settings.recovery.deadline_s(str(snapshot["kind"])),
+            poll_s=self.settings.recovery.poll_s, now_ms=int(time.time() * 1000))
         return await self._render(
-            request, "effect.html", status, key=key, e=snapshot,
+            request, "effect.html", status, key=key, e=snapshot, next_step=after,
+            run=None if snapshot is None else run_of(str(snapshot["operation_id"])),
             snapshot_error=None if answer.status in (200, 404) else answer.error,
             rows=rows, history_error=history_error, recorded=recorded, notice=notice,
             payload=None if create is None else payload_text(create),
@@ -229,6 +252,8 @@ class _Console:
             self.auth.check_write(request, {CSRF_FIELD: str(form.get(CSRF_FIELD, ""))})
         except WriteRefused as exc:
             return await self._problem(request, 403, str(exc))
+        if self.auth.named:  # recorded under the logged-in name, whatever the form says
+            fields["by"] = self.auth.user(request) or ""
         kept = {"by": fields["by"], "reason": fields["reason"]}
         try:
             event = await asyncio.to_thread(self.log.decide, key, fields["decision"],
@@ -248,13 +273,16 @@ class _Console:
         try:
             self.auth.check_same_origin(request)
             if not self.auth.writable:
-                raise WriteRefused("this console is read-only: there is no token to log in with")
-            if not self.auth.token_matches(str(form.get("token", ""))):
-                raise WriteRefused("wrong console token")
+                raise WriteRefused("this console is read-only: nobody can log in")
+            name = str(form.get("name", "")).strip()
+            who = self.auth.log_in(name, str(form.get("password") or form.get("token") or ""))
+            if who is None:
+                raise WriteRefused("wrong name or password" if self.auth.named
+                                   else "wrong console token")
         except WriteRefused as exc:
             return await self._render(request, "login.html", 403, next=target, error=str(exc))
         response = web.HTTPSeeOther(target)
-        self.auth.set_cookie(response, request)
+        self.auth.set_cookie(response, request, who)
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:

@@ -14,7 +14,7 @@ at that offset was refused. ``POST /v1/judge`` answers writers' questions, verdi
 own events included (:mod:`consumers.node.judge_route`). ``GET /v1/effects`` and
 ``GET /v1/stats`` ask every member and merge; a list pages by cursor (``after=`` the
 ``Effectlog-Next`` header of the page before, see :mod:`projections.paging`) and filters by
-``kind`` (prefix) and ``target`` (substring). ``/metrics`` and ``/healthz`` live here too.
+``kind`` (prefix), ``target`` (substring) and ``key`` (prefix). ``/metrics`` and ``/healthz`` live here too.
 
 Other routes (the web console) plug in through ``build_app(node, extra=...)``.
 """
@@ -42,7 +42,14 @@ from effectlog.judge.query import Answer, Query
 from effectlog.metrics import CONTENT_TYPE_LATEST
 from effectlog.redact import redact_url
 from effectlog.stats import STATES, stats_figures
-from projections.paging import Filters, format_cursor, merge_pages, page_of, parse_cursor
+from projections.paging import (
+    MAX_LIMIT,
+    Filters,
+    format_cursor,
+    merge_pages,
+    page_of,
+    parse_cursor,
+)
 
 if TYPE_CHECKING:
     from consumers.node.ports import ServedNode
@@ -54,7 +61,6 @@ RouteHook = Callable[[web.Application], None]
 NODE_KEY: web.AppKey[ServedNode] = web.AppKey("effectlog_node")
 DEFAULT_TIMEOUT_MS = 5000
 MAX_TIMEOUT_MS = 60_000
-MAX_LIMIT = 10_000
 RETRY_AFTER_S = "1"
 
 
@@ -190,7 +196,8 @@ class _Api:
 
                 before = int(time.time() * 1000) - parse_duration_ms(query["older_than"])
             after = parse_cursor(query["after"]) if query.get("after") else None
-            filters = Filters(query.get("kind") or None, query.get("target") or None)
+            filters = Filters(query.get("kind") or None, query.get("target") or None,
+                              query.get("key") or None)
         except InvalidInput as exc:
             return _error(400, str(exc))
         states = [state.upper()] if state else list(STATES)
@@ -199,6 +206,7 @@ class _Api:
         if not self._local(request):
             params = {"limit": limit, "local": 1, "state": states[0] if state else None,
                       "before_ms": before, "kind": filters.kind, "target": filters.target,
+                      "key": filters.key,
                       "after": None if after is None else format_cursor(after)}
             qs = urlencode({k: v for k, v in params.items() if v is not None})
             pages = [page]

@@ -117,6 +117,7 @@ class Node:
         api_log = self.logs["api"]
         api_log.end_offsets(EVENTS)  # reach the log first: a broker down creates nothing
         api_log.check_serving()
+        self.logs["work"].connect()  # the producer id now: no first command or outcome pays
         self._lock_state_dir()
         self.partition_count = api_log.partitions(EVENTS)
         self.store = RocksProjectionStore(s.state_dir, s.projector.cache_size)

@@ -18,6 +18,9 @@ from aiohttp import web
 from effectlog.errors import BackendUnavailable
 
 logger = logging.getLogger(__name__)
+#: How long requests still in flight at close may finish before they are cancelled (a
+#: request waiting for an offset may wait for 60 s; a stop must not).
+SHUTDOWN_S = 0.5
 
 
 class HttpServer:
@@ -53,7 +56,8 @@ class HttpServer:
         def serve() -> None:
             asyncio.set_event_loop(self.loop)
             try:
-                self._runner = web.AppRunner(factory(), access_log=None, handle_signals=False)
+                self._runner = web.AppRunner(factory(), access_log=None, handle_signals=False,
+                                             shutdown_timeout=SHUTDOWN_S)
                 self.loop.run_until_complete(self._runner.setup())
                 self.loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
             except BaseException as exc:  # reported to start()'s caller
@@ -63,6 +67,7 @@ class HttpServer:
             ready.set()
             self.loop.run_forever()
             self.loop.run_until_complete(self._runner.cleanup())
+            self._cancel_pending()
             self.loop.close()
 
         self._thread = threading.Thread(target=serve, name="http", daemon=True)
@@ -72,6 +77,15 @@ class HttpServer:
             raise failure[0]
         logger.info("query API on %s", self.url)
         return self
+
+    def _cancel_pending(self) -> None:
+        """Cancel what is still pending (a request waiting for an offset, a handler waiting
+        on a broker that is gone) and let it finish, so no task is destroyed pending."""
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
     def close(self) -> None:
         """Stop serving; open connections are closed."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from effectlog.cli.context import EXIT_USAGE, CliContext, emit_json, fail
+from effectlog.cli.context import EXIT_NOT_FOUND, EXIT_USAGE, CliContext, emit_json, fail
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.model import EffectEvent, Transition
 
@@ -314,3 +314,41 @@ def topics_create(obj: CliContext, window: str, allow_short_lag: bool, as_json: 
     else:
         for line in report:
             click.echo(line)
+
+
+@topics.command("delete")
+@click.option("--prefix", required=True, metavar="P",
+              help="Delete <name>.events and <name>.commands for every log prefix <name> "
+                   "starting with P.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (scripts).")
+@click.pass_obj
+def topics_delete(obj: CliContext, prefix: str, yes: bool) -> None:
+    """Delete an effect log's topics: every event and command of it, for good.
+
+    Lists what matches and asks first (exit 2 without a terminal to ask on: pass --yes);
+    exit 1 when nothing matches. The broker of --log's URL is asked; its prefix is not used.
+    """
+    if not obj.log_url.startswith("kafka"):
+        fail(f"topics are a Kafka concept; {obj.log_url.split(':', 1)[0]}:// logs need none",
+             EXIT_USAGE)
+    if not prefix.strip():
+        raise click.BadParameter("give a non-empty prefix", param_hint="--prefix")
+    import sys
+
+    from effectlog.log.kafka import KafkaSettings
+    from effectlog.log.kafka.deletion import delete_topics, matching_topics
+
+    settings = KafkaSettings.from_url(obj.log_url)
+    names = matching_topics(settings, prefix)
+    if not names:
+        fail(f"no effectlog topics with prefix {prefix!r} on {settings.bootstrap}", EXIT_NOT_FOUND)
+    for name in names:
+        click.echo(name)
+    if not yes:
+        if not sys.stdin.isatty():
+            fail(f"refusing to delete {len(names)} topic(s) without confirmation: pass --yes",
+                 EXIT_USAGE)
+        if not click.confirm(f"delete these {len(names)} topic(s) and everything in them?"):
+            fail("nothing deleted", EXIT_USAGE)
+    delete_topics(settings, names)
+    click.echo(f"deleted {len(names)} topic(s)")

@@ -33,12 +33,13 @@ COMMANDS: dict[str, str] = {
     "replay": "effectlog.cli.replay_command:replay",
     "demo": "effectlog.cli.demo_command:demo",
     "mcp": "effectlog.cli.mcp_command:mcp",
+    "console-users": "effectlog.cli.console_users_command:console_users",
 }
 
 HELP: dict[str, str] = {
     "append": "Append transitions read as JSON lines on stdin (for non-Python workers).",
     "history": "Show every event of one key, read from the log.",
-    "topics": "Create and check the Kafka topics.",
+    "topics": "Create, check and delete the Kafka topics.",
     "get": "Show the current state of one key from the projection.",
     "list": "List effects by state and age (an index range scan).",
     "stats": "Counts by state, rejected events by reason, lag and metrics.",
@@ -52,6 +53,7 @@ HELP: dict[str, str] = {
     "replay": "Stream the log for audits (JSON lines or Avro) and verify histories.",
     "demo": "Simulated agent workload with crashes: effectlog against naive retries.",
     "mcp": "An MCP server in front of another, its side-effecting tools made effects.",
+    "console-users": "The web console's people: named logins with hashed passwords.",
 }
 
 

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from effectlog.cli.context import EXIT_NOT_FOUND, EXIT_USAGE, CliContext, emit_json, fail
+from effectlog.errors import InvalidInput
 from effectlog.stats import STATES
+from projections.paging import MAX_LIMIT
 
 if TYPE_CHECKING:
     from effectlog.client import StateClient
@@ -141,56 +143,80 @@ def get(obj: CliContext, key: str, as_json: bool, catch_up: bool, server: str | 
               help="Only effects in this state (default: every state).")
 @click.option("--older-than", "older_than", default=None, metavar="DUR",
               help="Only effects whose last transition is older than DUR (30s, 5m, 2h, 1d).")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=100, show_default=True,
+              help=f"Effects on this page, 1 to {MAX_LIMIT:,}.")
+@click.option("--after", "after", default=None, metavar="CURSOR",
+              help="Start past CURSOR: the one a cut list names on its last line.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of snapshots.")
 @click.option("--keys", "keys_only", is_flag=True, help="Print only the keys, one a line.")
 @catch_up_option
 @server_option
 @click.pass_obj
 def list_effects(obj: CliContext, state: str | None, older_than: str | None, limit: int,
-                 as_json: bool, keys_only: bool, catch_up: bool, server: str | None) -> None:
+                 after: str | None, as_json: bool, keys_only: bool, catch_up: bool,
+                 server: str | None) -> None:
     """List effects by state and age, oldest first: a range scan over the state/time index.
 
     Keys are shown whole (the table grows wider than the terminal rather than cut one);
-    --keys prints one key a line, for pipes such as xargs.
+    --keys prints one key a line, for pipes such as xargs. A list cut by --limit says so on
+    stderr, with how many more match where that is known and the --after cursor to go on.
     """
+    from projections.paging import format_cursor, parse_cursor
+
     if as_json and keys_only:
         raise click.UsageError("--json and --keys are alternatives: give one")
+    try:
+        cursor = parse_cursor(after) if after is not None else None
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--after") from None
     now = int(time.time() * 1000)
     cutoff = now - _older_than_ms(older_than) if older_than is not None else None
+    states = [state.upper()] if state else list(STATES)
+    total: int | None = None
     if server:
         with _client(obj, server) as client:
-            snapshots = client.list(state.upper() if state else None, older_than, limit)
+            snapshots, next_text = client.list_page(state.upper() if state else None,
+                                                    older_than, limit, after)
+            if next_text is not None and cutoff is None and cursor is None:
+                total = _total(client.stats()["states"], states)
     else:
-        states = [state.upper()] if state else list(STATES)
-        reader = _fresh_reader(obj, ("state", "index"), catch_up)
+        from projections.paging import merge_pages, read_page
+
+        reader = _fresh_reader(obj, ("state", "index", "metadata"), catch_up)
         try:
-            found = [(at, snap) for name in states
-                     for at, snap in _scan(reader, name, cutoff, limit)]
+            page = merge_pages([read_page(reader, name, before_ms=cutoff, after=cursor,
+                                          limit=limit) for name in states], limit)
+            counts = reader.counts()
         finally:
             reader.close()
-        found.sort(key=lambda item: (item[0], item[1]["idempotency_key"]))
-        snapshots = [snap for _, snap in found[:limit]]
+        snapshots = page.items
+        next_text = None if page.next is None else format_cursor(page.next)
+        if cutoff is None and cursor is None:
+            total = _total({name: counts.get(f"state:{name}", 0) for name in STATES}, states)
     if as_json:
         emit_json(snapshots)
-        return
-    if keys_only:
+    elif keys_only:
         for snap in snapshots:
             click.echo(snap["idempotency_key"])
-        return
-    from effectlog.cli.formatting import print_table
+    else:
+        from effectlog.cli.formatting import print_table
 
-    rows = [[s["state"], s["fencing_epoch"], s["worker_id"], s["attempt"],
-             _age(s["occurred_at"], now), s["idempotency_key"]] for s in snapshots]
-    print_table(f"{len(rows)} effect(s), oldest first",
-                ["state", "epoch", "worker", "attempt", "age", "key"], rows)
+        rows = [[s["state"], s["fencing_epoch"], s["worker_id"], s["attempt"],
+                 _age(s["occurred_at"], now), s["idempotency_key"]] for s in snapshots]
+        print_table(f"{len(rows)} effect(s), oldest first",
+                    ["state", "epoch", "worker", "attempt", "age", "key"], rows)
+    if next_text is not None:
+        click.echo(more_line(len(snapshots), total, next_text), err=True)
 
 
-def _scan(reader: RocksProjectionReader, state: str, cutoff: int | None,
-          limit: int) -> list[tuple[int, dict[str, Any]]]:
-    from projections.rocksdb.snapshot import snapshot_json
+def _total(by_state: dict[str, int], states: list[str]) -> int:
+    return sum(int(by_state.get(name, 0)) for name in states)
 
-    return [(at, snapshot_json(raw)) for at, _, raw in reader.scan_raw(state, cutoff, limit)]
+
+def more_line(shown: int, total: int | None, cursor: str) -> str:
+    """The line that ends a cut list: how many more (when known) and how to page on."""
+    more = f"{total - shown:,} more" if total is not None and total > shown else "more"
+    return f"{more} — --limit N (up to {MAX_LIMIT:,}) or --after {cursor} to page"
 
 
 @click.command()

@@ -8,8 +8,14 @@ that dies stops the node too: exit 4 when it died of its backend, 1 otherwise
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +28,11 @@ from effectlog.cli.recovery_commands import (
     stop_on_signals,
 )
 from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput
+
+if TYPE_CHECKING:
+    from consumers.node.node import Node
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_HTTP = "127.0.0.1:9464"
 
@@ -50,6 +61,11 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.option("--provider", "provider_spec", default=None, metavar="SPEC",
               help="Run the reconciler against this provider (module:factory, fake:///path, "
                    "http://host:port, mcp:///path/effects.toml).")
+@click.option("--console-users", envvar="EFFECTLOG_CONSOLE_USERS", default=None, metavar="FILE",
+              help="People who may retry or abandon effects in the web console, each with "
+                   "their own name and password (hashed), recorded under that name: a file "
+                   "written by effectlog console-users add. Without it or --console-token "
+                   "the console is read-only.")
 @click.option("--console-token", envvar="EFFECTLOG_CONSOLE_TOKEN", default=None, metavar="TOKEN",
               help="Lets people who log in with it retry or abandon effects from the web "
                    "console at / (env EFFECTLOG_CONSOLE_TOKEN); without it the console is "
@@ -66,7 +82,7 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
           standbys: int, session_timeout: str, provider_spec: str | None,
-          console_token: str | None,
+          console_users: str | None, console_token: str | None,
           metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
@@ -74,6 +90,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     query API (GET /v1/effects/KEY, /v1/effects, /v1/stats) and the web console (/)
     until SIGTERM."""
     from consumers.console import ConsoleSettings, console_routes
+    from consumers.console.users import Users
     from consumers.node.node import Node, NodeSettings
     from consumers.providers import load_provider
     from consumers.reconciler import ReconcilerSettings
@@ -89,9 +106,12 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
         observe_every_s=max(recovery.poll_s, 1.0))
     provider = load_provider(provider_spec) if provider_spec else None
+    users = Users.load(console_users) if console_users else None
     stop = stop_on_signals()
     node = Node(obj.log_url, settings, provider,
-                extra_routes=console_routes(ConsoleSettings(token=console_token or None)))
+                extra_routes=console_routes(ConsoleSettings(
+                    token=console_token or None, users=users, reconciles=provider is not None,
+                    recovery=recovery)))
     try:
         node.start()
     except BaseException:
@@ -99,20 +119,73 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         node.close()
         raise
     click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
-               f"/healthz; web console at / {'with decisions' if console_token else 'read-only'})",
+               f"/healthz; web console at / "
+               f"{'with decisions' if users or console_token else 'read-only'})",
                err=True)
-    while not stop.wait(0.5) and not node.crashed.is_set():
+    while not stop.wait(0.2) and not node.crashed.is_set():
         pass
     click.echo("effectlog serve: stopping", err=True)
-    running = node.stop()
-    if not running:  # never close handles under a live thread; the OS reclaims them
-        node.close()
+    running, abandoned = _stop(node)
     if node.fatal is not None:
         raise node.fatal
     error = stop_error(node.failures, running)
     if error is not None:
         raise error
     click.echo("effectlog serve: stopped", err=True)
+    if abandoned:  # threads blocked on a broker that is gone: exit without joining them
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _stop(node: Node) -> tuple[list[str], bool]:
+    """Stop the node within :data:`STOP_WITHIN_S` when its broker is gone: the loops still
+    running, and whether anything was left behind (blocked on the broker)."""
+    stopping = time.monotonic()
+    running = node.stop(STOP_WITHIN_S)
+    left: list[str] = []
+    if running and not _log_answers(node):
+        # the loops wait on a broker that is gone: leave them, as a kill would (every loop of
+        # effectlog survives one by design); with the broker up they get the whole budget
+        left, running = running, []
+        logger.info("left the %s loop(s) waiting on the broker", ", ".join(left))
+    elif set(running) - OBSERVERS:
+        running = [name for name in node.stop() if name not in OBSERVERS]
+    else:
+        left, running = running, []  # observers that only read: nothing of theirs to close
+    if running or left:  # never close handles under a live thread; the OS reclaims them
+        return running, bool(left)
+    closed = _close_within(node, STOP_WITHIN_S - (time.monotonic() - stopping))
+    return running, not closed
+
+
+#: How long a SIGTERM waits for the loops: ``serve`` exits within 3 s, broker or not.
+STOP_WITHIN_S = 1.5
+#: Loops that only read (metrics, the log's identity, the group's members): one blocked on a
+#: broker that is gone is left behind at exit rather than waited for.
+OBSERVERS = frozenset({"metrics", "log-watch", "membership"})
+
+
+def _log_answers(node: Node) -> bool:
+    """True unless the node's log is on a Kafka broker that does not answer now."""
+    from effectlog.log.kafka import KafkaLog
+    from effectlog.log.kafka.admin import answers
+
+    log = node.logs["api"]
+    return not isinstance(log, KafkaLog) or answers(log.settings, 0.3)
+
+
+def _close_within(node: Node, budget_s: float) -> bool:
+    """Close the node's handles, waiting at most ``budget_s`` (at least half a second): with
+    the broker gone a group consumer's close waits out its session; what is left then is
+    what a kill leaves, which every part of effectlog survives by design."""
+    closing = threading.Thread(target=node.close, name="close", daemon=True)
+    closing.start()
+    closing.join(max(0.5, budget_s))
+    if closing.is_alive():
+        logger.info("left closing the node's handles (the broker does not answer)")
+        return False
+    return True
 
 
 class LoopCrashed(EffectlogError):

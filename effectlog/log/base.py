@@ -174,6 +174,11 @@ class EventLog(ABC):
         measures "stuck" on; the events stay long enough to reach the changelog, which
         exists and never deletes)."""
 
+    def connect(self) -> None:  # noqa: B027 - optional hook
+        """Do now what the first append would pay for (Kafka: connect, read the topic's
+        metadata, acquire the idempotent producer id), so no first call does; raise
+        :class:`~effectlog.errors.BackendUnavailable` when the backend does not answer."""
+
     def verify(self) -> None:  # noqa: B027 - optional hook
         """Ask the backend whether its storage is intact, before writing (SQLite runs its
         quick_check); raise :class:`BackendUnavailable` when it reports damage."""

@@ -56,6 +56,8 @@ class AsyncWorker(WorkerBase):
         self._pacer = Pacer()
 
     async def __aenter__(self) -> AsyncWorker:
+        """Connect the log off the loop (on Kafka: the producer id), so no first call pays."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._warm)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -3,12 +3,13 @@ call handed to the provider, and how an exception from the provider call is writ
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from effectlog.codec import Codec, event_codec
-from effectlog.errors import InvalidInput
+from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.log.base import EVENTS, EventLog, Position
 from effectlog.model import EffectEvent, Outcome
 from effectlog.provider import ProviderFailed
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 UNRECORDED = "the effect block ended without recording an outcome"
 SERVER_ENV = "EFFECTLOG_SERVER"
+
+logger = logging.getLogger(__name__)
 
 
 def unknown_reason(exc: BaseException) -> str:
@@ -145,6 +148,16 @@ class WorkerBase:
     @last_position.setter
     def last_position(self, position: Position | None) -> None:
         self._core.last_position = position
+
+    def _warm(self) -> None:
+        """Connect the log now (on Kafka: the producer and its idempotent producer id), so no
+        first call pays for it; a log that does not answer is left to the first call, which
+        reports it."""
+        try:
+            self.log.connect()
+        except EffectlogError as exc:
+            logger.info("worker %s: not connected at open (%s); the first call tries again",
+                        self.worker_id, exc)
 
     def _close_judge(self) -> None:
         if self._owns_judge and self.judge is not None:

@@ -71,7 +71,8 @@ class Worker(WorkerBase):
     judge of ``effectlog serve`` says whether each write was accepted: ``judge`` (a
     :class:`~effectlog.judge.client.ClusterJudge` the workers of a process share), or
     ``server`` (URLs; else ``$EFFECTLOG_SERVER``). ``accept_timeout_s`` bounds the wait for a
-    verdict. ``close()`` closes a judge the worker opened from ``server``.
+    verdict. ``close()`` closes a judge the worker opened from ``server``. The log is
+    connected here (on Kafka: its producer id acquired), so no first call pays for it.
     """
 
     def __init__(self, log: EventLog, worker_id: str | None = None, *,
@@ -80,6 +81,7 @@ class Worker(WorkerBase):
                  accept_timeout_s: float = 10.0, codec: Codec | None = None) -> None:
         self._setup(log, worker_id or "", judge, server, verify, max_payload_bytes,
                     accept_timeout_s, codec)
+        self._warm()
 
     def close(self) -> None:
         """Close the judge this worker opened (the log stays open: it is the caller's)."""

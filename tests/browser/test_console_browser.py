@@ -1,5 +1,6 @@
 """The web console in a real browser: Debian's Chromium driven by Playwright against a real
-`effectlog serve` process on a SQLite log holding a demo-like workload.
+`effectlog serve` process on a SQLite log holding a demo-like workload, with named console
+users: search, a run's effects, a decision under the logged-in name and what comes next.
 
 Set EFFECTLOG_CONSOLE_SCREENSHOTS=DIR to keep the screenshots of the main pages there
 (``make console-screenshots`` refreshes the ones in docs/).
@@ -22,14 +23,18 @@ from urllib.parse import quote
 import pytest
 import urllib3
 
+from consumers.console.users import add_user
+from consumers.providers.fake import FakeProvider
 from effectlog.log import open_log
 from effectlog.view import LogView
+from effectlog.worker import Worker
 from tests.console_support import Workload, fill, stale_record
 from tests.kafka_broker import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
-TOKEN = "s3cret-console-token"
+PASSWORD = "dana's long console password"
 WAIT_MS = 15_000
+RUN = "job-124"
 
 
 def _chromium() -> str:
@@ -45,20 +50,30 @@ def _chromium() -> str:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Workload]]:
-    """(console URL, log URL, workload): `effectlog serve` with a console token."""
+    """(console URL, log URL, workload): `effectlog serve` with console users and a
+    reconciler (whose recovery waits an hour: nothing moves but what the test does)."""
     tmp = tmp_path_factory.mktemp("console")
     log_url = f"sqlite:///{tmp}/log.db"
     log = open_log(log_url)
     try:
         workload = fill(log)
+        agent = Worker(log, "agent-1")
+        for n, kind, target in ((1, "email.send", "mailto:a@example.com"),
+                                (2, "ticket.create", "jira:OPS"),
+                                (3, "payment.charge", "stripe:cus_7")):
+            agent.create(f"{RUN}.{n}", kind, target, {"n": n})  # effectlog.run's numbering
     finally:
         log.close()
+    users = tmp / "console-users"
+    add_user(users, "dana", PASSWORD)
+    FakeProvider(tmp / "provider.db").close()
     port = free_port()
     err = tmp / "serve.err"
     process = subprocess.Popen(
         [sys.executable, "-m", "effectlog.cli.main", "--log", log_url, "--state",
-         str(tmp / "state"), "serve", "--http", f"127.0.0.1:{port}", "--stuck-after", "1h"],
-        env={**os.environ, "EFFECTLOG_CONSOLE_TOKEN": TOKEN}, stdin=subprocess.DEVNULL,
+         str(tmp / "state"), "serve", "--http", f"127.0.0.1:{port}", "--stuck-after", "1h",
+         "--console-users", str(users), "--provider", f"fake:///{tmp / 'provider.db'}"],
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=err.open("w"))
     url = f"http://127.0.0.1:{port}"
     http = urllib3.PoolManager(retries=False, timeout=5)
@@ -131,19 +146,24 @@ def test_an_unknown_payment_is_found_and_approved_in_the_browser(
     page.click("details.payload summary")
     expect(page.locator("details.payload pre")).to_contain_text('"invoice": "INV-1042"')
 
-    page.click("a:text('Log in with the console token')")
-    page.fill("input[name=token]", TOKEN)
+    page.click("#login-to-decide")
+    page.fill("input[name=name]", "dana")
+    page.fill("input[name=password]", PASSWORD)
     page.click(".login button[type=submit]")
     expect(page.locator("h1.key")).to_have_text(workload.payment)
-    page.fill("input[name=by]", "Dana <Ops>")
+    expect(page.locator("#user")).to_have_text("dana")
+    expect(page.locator("#deciding-as")).to_have_text("dana")
+    assert page.locator("input[name=by]").count() == 0  # the name is the login's
     page.fill("textarea[name=reason]", "Stripe support: no charge under this key; retry it")
     page.click("button.retry")
 
-    expect(page.locator("#notice")).to_contain_text("Decision recorded: RETRY by Dana <Ops>")
+    expect(page.locator("#notice")).to_contain_text("Decision recorded: RETRY by dana")
     expect(page.locator("#state")).to_have_text("RESERVED")
+    expect(page.locator("#next")).to_contain_text("Next: recovery takes it up at")
+    expect(page.locator("#next")).to_contain_text("3600s after the decision")
     expect(timeline).to_have_count(5)
     approve_row = timeline.nth(4)
-    for text in ("APPROVE", "RESERVED", "approval:Dana <Ops>", "RETRY by Dana <Ops>: Stripe "
+    for text in ("APPROVE", "RESERVED", "approval:dana", "RETRY by dana: Stripe "
                  "support: no charge under this key; retry it", "accepted"):
         expect(approve_row).to_contain_text(text)
     expect(approve_row.locator("td").nth(4)).to_have_text(str(workload.paused.fencing_epoch + 1))
@@ -182,7 +202,8 @@ def test_writes_without_the_token_or_from_another_site_are_refused(
     context = browser.new_context()
     page = context.new_page()
     page.goto(url + "/login")
-    page.fill("input[name=token]", TOKEN)
+    page.fill("input[name=name]", "dana")
+    page.fill("input[name=password]", PASSWORD)
     page.click(".login button[type=submit]")
     page.goto(target)
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
@@ -202,4 +223,49 @@ def test_writes_without_the_token_or_from_another_site_are_refused(
     finally:
         log.close()
     assert current is not None and current.state.value == "UNKNOWN"
+    context.close()
+
+
+def test_an_on_call_person_finds_effects_by_operation_kind_target_and_run(
+        served: tuple[str, str, Workload], browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    url, _, _ = served
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url + "/")
+    box = page.locator("header form.find input[name=q]")
+
+    box.fill("run-0042")  # part of an operation id: no need for the whole key
+    box.press("Enter")
+    found = page.locator("#found-key table.effects tbody tr")
+    expect(found).to_have_count(3)
+    expect(found.first).to_contain_text("payment.charge")
+
+    box = page.locator("header form.find input[name=q]")
+    box.fill("cus_BETA")
+    box.press("Enter")
+    expect(page.locator("#found-target table.effects tbody tr")).to_have_count(1)
+
+    box = page.locator("header form.find input[name=q]")
+    box.fill("deploy")
+    box.press("Enter")
+    expect(page.locator("#found-kind table.effects tbody tr")).to_have_count(1)
+
+    box = page.locator("header form.find input[name=q]")
+    box.fill(RUN)
+    box.press("Enter")
+    expect(page.locator("#found-key table.effects tbody tr")).to_have_count(3)
+    page.click(f"#runs a:text-is('{RUN}')")
+    rows = page.locator("table.effects.run tbody tr")
+    expect(rows).to_have_count(3)
+    for n, kind in enumerate(("email.send", "ticket.create", "payment.charge")):
+        expect(rows.nth(n).locator("td").first).to_have_text(str(n + 1))
+        expect(rows.nth(n)).to_contain_text(kind)
+    _shoot(page, "console-run")
+    rows.nth(1).locator("td.key a").click()
+    expect(page.locator("#run-link")).to_have_text(RUN)
+    assert errors == []
     context.close()

@@ -7,27 +7,45 @@ import os
 import subprocess
 import sys
 import sysconfig
-import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _dependencies_without_effectlog(tmp_path: Path) -> Path:
+    """This run's installed packages minus effectlog's own (its editable install), as a
+    directory for PYTHONPATH: pip then finds every dependency installed and needs no index."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in purelib.iterdir():
+        if not entry.name.lower().startswith(("effectlog", "__editable__")):
+            (deps / entry.name).symlink_to(entry)
+    return deps
+
+
 def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                            "-w", str(dist), str(ROOT)], check=True, timeout=300,
+    """``make dist`` builds the wheel without a setuptools warning; ``make install`` puts it
+    in a venv of its own with the langgraph extra and links ``bin/effectlog``."""
+    dist, prefix = tmp_path / "dist", tmp_path / "prefix"
+    # PIP_FLAGS=--no-index: every dependency is found installed through PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": str(_dependencies_without_effectlog(tmp_path))}
+    built = subprocess.run(["make", "-s", "-C", str(ROOT), "dist", "install", f"DIST={dist}",
+                            f"PREFIX={prefix}", f"PYTHON={sys.executable}", "EXTRAS=langgraph",
+                            "PIP_FLAGS=--no-index"], env=env, timeout=600,
                            capture_output=True, text=True)
-    assert "project.license" not in built.stdout + built.stderr  # no deprecation warning
-    wheel = next(dist.glob("effectlog-*.whl"))
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output[-3000:]
+    assert "Warning" not in output and "absent from the `packages`" not in output, output[-3000:]
+    assert "project.license" not in output  # no deprecation warning
+    assert f"effectlog installed: {prefix}/bin/effectlog" in output
+    env_dir = prefix / "share" / "effectlog" / "venv"
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
-                   timeout=300)
-    # Dependencies come from this test run's environment; PYTHONPATH does not process .pth
-    # files, so the editable install of the source tree stays invisible.
-    env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    assert (prefix / "bin" / "effectlog").resolve() == (env_dir / "bin" / "effectlog").resolve()
+    extras = subprocess.run([str(py), "-c", "import importlib.metadata as m, langgraph;"
+                             "print(m.distribution('effectlog').metadata.get_all('Provides-Extra'))"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert "langgraph" in extras.stdout, extras.stderr
     work = tmp_path / "elsewhere"
     work.mkdir()
     probe = ("import effectlog, importlib.resources as r, json;"
@@ -38,7 +56,7 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None
                          text=True, check=True, timeout=60)
     location, version, schemas = json.loads(out.stdout)
     assert str(env_dir) in location and version == "0.1.0"
-    shown = subprocess.run([str(env_dir / "bin" / "effectlog"), "--version"], cwd=work, env=env,
+    shown = subprocess.run([str(prefix / "bin" / "effectlog"), "--version"], cwd=work, env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout.strip() == "effectlog, version 0.1.0"
     assert schemas == ["effect_event.v2.avsc", "reconciliation_command.v1.avsc"]

@@ -20,16 +20,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from effectlog.audit import Replay
 from effectlog.codec import event_codec
 from effectlog.errors import Fenced
 from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
 from effectlog.log.memory import MemoryLog
-from effectlog.audit import Replay
 from effectlog.verifier import Published
 from projections.checkpoint import Checkpoint
-from projections.published import read_published
 from projections.projector import Projector
+from projections.published import read_published
 from projections.rocksdb.digest import partition_digest
 from tests.restore_support import REASONS, RESTORED, history
 

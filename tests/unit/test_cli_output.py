@@ -155,3 +155,18 @@ def test_demo_prints_the_approve_command_for_every_effect_awaiting_a_decision() 
         assert shlex.split(line) == ["effectlog", "--log", "sqlite:///d/log.db", "--state",
                                      "d/state", "approve", key, "--decision", "abandon", "--by",
                                      "YOU", "--reason", "WHY"]
+
+
+def test_a_cut_list_ends_with_how_many_more_and_the_cursor_to_page_on(
+        tmp_path: Path, effects: list[str]) -> None:
+    cut = run(tmp_path, "list", "--limit", "1")
+    assert cut.returncode == 0 and effects[0] in cut.stdout and effects[1] not in cut.stdout
+    *_, last = cut.stderr.splitlines()
+    assert last.startswith("2 more — --limit N (up to 10,000) or --after "), cut.stderr
+    cursor = last.split("--after ")[1].split()[0]
+    rest = run(tmp_path, "list", "--keys", "--limit", "1", "--after", cursor)
+    assert rest.stdout.splitlines() == [effects[1]]
+    assert rest.stderr.splitlines()[-1].startswith("more — ")  # after a cursor: not counted
+    whole = run(tmp_path, "list", "--keys", "--limit", "3")
+    assert whole.stdout.splitlines() == effects and "more" not in whole.stderr
+    assert run(tmp_path, "list", "--after", "nonsense").returncode == 2

@@ -178,7 +178,7 @@ def test_writes_without_a_session_csrf_or_same_origin_are_refused(
     end = log.end_offsets(EVENTS)[0]
     form = {"decision": "retry", "by": "mallory", "reason": "because"}
     no_session = _decide(http, node, workload.payment, form, Origin=node.url)
-    assert no_session.status == 403 and b"log in with the console token" in no_session.data
+    assert no_session.status == 403 and b"log in first" in no_session.data
     assert _login(http, node, "wrong")[0] == 403
     cookie, csrf = _session(http, node, workload.payment)
     no_csrf = _decide(http, node, workload.payment, form, Origin=node.url, Cookie=cookie)

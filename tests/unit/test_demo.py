@@ -136,3 +136,18 @@ def test_kafka_demo_keeps_its_state_apart_from_the_sqlite_demo(kafka_bootstrap: 
     assert json.loads(kafka_run.stdout)["state"] == str(tmp_path / ".effectlog/demo-kafka/state")
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".effectlog/demo").rglob("*")
             if p.is_file()} == sqlite_files
+
+
+@pytest.mark.kafka
+def test_make_demo_kafka_leaves_the_prefix_to_the_demo_which_names_it_once(
+        kafka_bootstrap: str) -> None:
+    from effectlog.cli.demo.run import _fresh_kafka_prefix
+    from effectlog.log.kafka import KafkaSettings
+    from effectlog.log.kafka.deletion import delete_topics, matching_topics
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    recipe = makefile[makefile.index("demo-kafka: kafka-up"):].split("\n\n")[0]
+    assert "prefix=" not in recipe  # the demo names its fresh topics itself
+    settings = KafkaSettings.from_url(_fresh_kafka_prefix(f"kafka://{kafka_bootstrap}"))
+    assert settings.prefix.startswith("effects-demo-") and settings.prefix.count("demo") == 1
+    delete_topics(settings, matching_topics(settings, settings.prefix))

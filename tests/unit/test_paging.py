@@ -119,3 +119,12 @@ def test_cursors_survive_headers_and_urls() -> None:
     for bad in ("", "12", "x:key", "-1:key", "12:"):
         with pytest.raises(InvalidInput):
             parse_cursor(bad)
+
+
+def test_a_merged_page_that_takes_the_last_entries_says_the_list_ends(
+        members: list[StoreReader]) -> None:
+    whole = sum(len(list(r.scan_state_json("CREATED"))) for r in members)
+    pages = [read_page(r, "CREATED", limit=whole) for r in members]
+    assert [p.next for p in pages] == [None, None, None]
+    assert merge_pages(pages, whole).next is None  # full, yet nothing follows: no cursor
+    assert merge_pages(pages, whole - 1).next is not None

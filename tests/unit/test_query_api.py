@@ -153,9 +153,27 @@ def test_list_and_stats_read_like_the_cli(node: Node, tmp_path: Path, log_url: s
         == {k: v for k, v in json.loads(local.stdout).items() if k != "projection"}
 
 
+def test_a_cut_list_says_how_many_more_and_pages_on_through_the_server(
+        node: Node, tmp_path: Path, log_url: str) -> None:
+    whole = _cli(tmp_path, log_url, "list", "--keys", "--server", node.url).stdout.splitlines()
+    assert sorted(whole) == [_key(i) for i in range(5)]
+    first = _cli(tmp_path, log_url, "list", "--keys", "--limit", "2", "--server", node.url)
+    assert first.returncode == 0 and first.stdout.splitlines() == whole[:2]
+    *_, last = first.stderr.splitlines()
+    assert last.startswith("3 more — --limit N (up to 10,000) or --after "), first.stderr
+    cursor = last.split("--after ")[1].split()[0]
+    rest = _cli(tmp_path, log_url, "list", "--keys", "--limit", "3", "--after", cursor,
+                "--server", node.url)
+    assert rest.returncode == 0 and rest.stderr == ""  # the end: no line about more
+    assert rest.stdout.splitlines() == whole[2:]
+    too_many = _cli(tmp_path, log_url, "list", "--limit", "10001", "--server", node.url)
+    assert too_many.returncode == 2 and "1<=x<=10000" in too_many.stderr
+
+
 def test_bad_parameters_are_refused_with_400(node: Node, http: urllib3.PoolManager) -> None:
     for query in ("/v1/effects/k?min_offset=x", "/v1/effects/k?timeout_ms=999999",
-                  "/v1/effects?state=NOPE", "/v1/effects?limit=0", "/v1/effects?older_than=5q"):
+                  "/v1/effects?state=NOPE", "/v1/effects?limit=0", "/v1/effects?older_than=5q",
+                  "/v1/effects?limit=10001"):
         answer = http.request("GET", node.url + query)
         assert answer.status == 400, query
         assert json.loads(answer.data)["error"]

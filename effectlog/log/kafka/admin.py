@@ -150,6 +150,16 @@ def create_topics(settings: KafkaSettings) -> list[str]:
         admin.poll(0)  # serve queued client log lines
 
 
+def answers(settings: KafkaSettings, timeout_s: float) -> bool:
+    """True when a broker answers a metadata request within ``timeout_s``."""
+    admin = AdminClient(_admin_config(settings))
+    try:
+        admin.list_topics(timeout=timeout_s)
+        return True
+    except KafkaException:
+        return False
+
+
 def _admin_config(settings: KafkaSettings) -> dict[str, Any]:
     return settings.client_config()
 

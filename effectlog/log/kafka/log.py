@@ -119,6 +119,22 @@ class KafkaLog(EventLog):
     def changelog(self) -> KafkaChangelog:
         return KafkaChangelog(self.settings)
 
+    def connect(self) -> None:
+        """Do now what the first append would: connect the producer, check the events topic,
+        read its topic ID (which a worker checks verdicts against) and wait for the idempotent
+        producer id (within ``timeout_s``)."""
+        self.identity()
+        handle = self._writer()
+        self._ensure_writer_topic(self.settings.topic(EVENTS), handle)
+        if not handle.wait_ready(self.settings.timeout_s):
+            raise handle.unavailable(f"no idempotent producer id within {self.settings.timeout_s}s")
+
+    @property
+    def connected(self) -> bool:
+        """True once the producer holds its idempotent producer id (see :meth:`connect`)."""
+        handle = self._producer
+        return handle is not None and not handle.stale and handle.wait_ready(0)
+
     def check_serving(self) -> None:
         from effectlog.log.kafka.admin import serving_problem
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +30,10 @@ log = logging.getLogger(__name__)
 #: What makes an append durable and its partition computable: never overridable.
 INVARIANTS = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
 REPORT_SLACK_S = 5.0  # how long past message.timeout.ms we wait for a delivery report
+#: librdkafka's statistics carry the idempotent producer's state: how :meth:`AppendProducer.
+#: wait_ready` learns the producer id is assigned (a 2 KB string every 100 ms, not parsed).
+STATS_INTERVAL_MS = 100
+_PID_ASSIGNED = re.compile(r'"idemp_state":\s*"Assigned"')
 _TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE)
 
 
@@ -92,7 +97,10 @@ class AppendProducer:
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self.stale = False
-        self.producer = Producer({**producer_config(settings), "error_cb": self._on_error})
+        self._ready = threading.Event()
+        self.producer = Producer({**producer_config(settings), "error_cb": self._on_error,
+                                  "statistics.interval.ms": STATS_INTERVAL_MS,
+                                  "stats_cb": self._on_stats})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="effectlog-kafka-poll",
                                         daemon=True)
@@ -108,6 +116,15 @@ class AppendProducer:
             log.error("kafka producer fatal error: %s", err.str())
         else:
             log.debug("kafka producer error: %s", err.str())
+
+    def _on_stats(self, text: str) -> None:
+        if not self._ready.is_set() and _PID_ASSIGNED.search(text):
+            self._ready.set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """True once the broker assigned this producer its id (librdkafka asks for one once
+        it has a connection: read metadata first); False after ``timeout`` seconds."""
+        return self._ready.wait(timeout)
 
     def unavailable(self, detail: str) -> BackendUnavailable:
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")

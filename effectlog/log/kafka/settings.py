@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -11,6 +10,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from effectlog.errors import InvalidInput
 from effectlog.log.base import STATE, TOPICS
+from effectlog.log.kafka.client_log import CLIENT_LOG
 from effectlog.redact import (
     redact_mapping,
     redact_url,
@@ -24,7 +24,6 @@ DAY_MS = 24 * 3600 * 1000
 KAFKA_TOPICS = (*TOPICS, STATE)
 ClientConfig = dict[str, Any]
 _SCHEMES = {"kafka": None, "kafka+ssl": "SSL", "kafka+sasl": "SASL_SSL"}
-_CLIENT_LOG = logging.getLogger("effectlog.log.kafka.librdkafka")
 
 
 def _read_properties(path: str) -> tuple[tuple[str, str], ...]:
@@ -137,7 +136,7 @@ class KafkaSettings:
             "client.id": "effectlog",
             "socket.connection.setup.timeout.ms": timeout_ms,
             "log.connection.close": False,
-            "logger": _CLIENT_LOG,
+            "logger": CLIENT_LOG,  # librdkafka's lines, one level down (client_log)
         }
         conf.update(self.extra)
         for key, value in (("security.protocol", self.security_protocol),
