@@ -63,16 +63,20 @@ def parse_time(text: str, now: int | None = None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ReplayFilter:
-    """Which records to stream: one key (its whole history) and/or a time window
-    ``[since_ms, until_ms)`` on the log timestamp of each record."""
+    """Which records to stream: one key (its whole history), or several (``keys``: an
+    archive of expiring effects), and/or a time window ``[since_ms, until_ms)`` on the log
+    timestamp of each record."""
 
     key: str | None = None
     since_ms: int | None = None
     until_ms: int | None = None
+    keys: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.key is not None:
             validate_key(self.key)
+        if self.key is not None and self.keys is not None:
+            raise InvalidInput("one key or several, not both")
         if self.since_ms is not None and self.until_ms is not None and self.until_ms <= self.since_ms:
             raise InvalidInput("--until must be later than --since")
 
@@ -90,6 +94,10 @@ class ReplayItem:
     event: EffectEvent | None
     undecodable: str | None = None
     violation: Violation | None = None
+    #: a tombstone: the key's expiry (no event, no bytes)
+    expiry: bool = False
+    #: False when its verdict cannot be told (see :attr:`HistoryVerifier.judged`)
+    judged: bool = True
 
 
 @dataclass
@@ -103,8 +111,11 @@ class ReplaySummary:
     partial_keys: int = 0
     #: accepted events (of the keys read) whose records compaction removed
     compacted_accepted: int = 0
-    #: records older than every accepted position their key's publication kept
-    unverifiable: int = 0
+    #: expiries read (tombstones)
+    expiries: int = 0
+    #: records whose verdict cannot be told (older than what a publication kept of their
+    #: key, or than one of its expiries)
+    unjudged: int = 0
     violation_count: int = 0
     by_reason: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
@@ -120,7 +131,8 @@ class ReplaySummary:
         return {"records": self.records, "events": self.events,
                 "undecodable": self.undecodable, "keys": self.keys,
                 "partial_keys": self.partial_keys,
-                "compacted_accepted": self.compacted_accepted, "unverifiable": self.unverifiable,
+                "compacted_accepted": self.compacted_accepted, "expiries": self.expiries,
+                "unjudged": self.unjudged,
                 "violations": self.violation_count,
                 "violations_by_reason": dict(sorted(self.by_reason.items())),
                 "violation_list": [v.to_json() for v in self.violations],
@@ -157,9 +169,9 @@ class Replay:
 
     def total(self) -> int:
         """Offsets to scan (all partitions up to their end now), or the key's record count."""
-        if self.selection.key is not None:
+        if self.selection.key is not None or self.selection.keys is not None:
             if self._key_records is None:
-                self._key_records = self.log.read_key(EVENTS, self.selection.key)
+                self._key_records = self._read_keys()
             return len(self._key_records)
         if self._ends is None:
             self._ends = self.log.end_offsets(EVENTS)
@@ -187,9 +199,22 @@ class Replay:
         self.summary.keys = len(keys)
         self.summary.partial_keys = len(self.verifier.partial_keys)
         self.summary.compacted_accepted = self.verifier.removed_count()
-        self.summary.unverifiable = self.verifier.unverifiable
+        self.summary.unjudged = self.verifier.unjudged
         logger.debug("replay done: %s", {k: v for k, v in self.summary.to_json().items()
                                          if k != "violation_list"})
+
+    def _read_keys(self) -> list[Record]:
+        """The records of the selected key(s), in log order per partition: an index lookup
+        per key where the log has one, else one scan of each partition holding them."""
+        if self.selection.key is not None:
+            return self.log.read_key(EVENTS, self.selection.key)
+        keys = self.selection.keys or frozenset()
+        if self.log.indexed_keys:
+            found = [r for key in sorted(keys) for r in self.log.read_key(EVENTS, key)]
+        else:
+            partitions = sorted({self.log.partition_for(EVENTS, key) for key in keys})
+            found = [r for p in partitions for r in self.log.scan(EVENTS, p) if r.key in keys]
+        return sorted(found, key=lambda r: (r.partition, r.offset))
 
     def _records(self) -> Iterator[tuple[Record, int]]:
         if self._key_records is not None:
@@ -206,6 +231,11 @@ class Replay:
                 self.progress(end - last)
 
     def _judge(self, record: Record) -> ReplayItem:
+        if not record.value:
+            self.summary.expiries += 1
+            violation = self.verifier.observe_expiry(record)
+            return ReplayItem(record, None, None, violation, expiry=True,
+                              judged=self.verifier.judged)
         try:
             event = EffectEvent.from_record(event_codec().decode(record.value))
         except (CodecError, KeyError, ValueError, TypeError) as exc:
@@ -215,7 +245,8 @@ class Replay:
             return ReplayItem(record, None, reason,
                               Violation(record.position, record.key, "undecodable", reason))
         self.summary.events += 1
-        return ReplayItem(record, event, None, self.verifier.observe(record, event))
+        violation = self.verifier.observe(record, event)
+        return ReplayItem(record, event, None, violation, judged=self.verifier.judged)
 
 
 # -- output --------------------------------------------------------------------------------
@@ -241,11 +272,15 @@ def item_json(item: ReplayItem) -> dict[str, Any]:
                            "timestamp": record.timestamp_ms, "key": record.key}
     if item.event is not None:
         out["event"] = event_json(item.event)
+    elif item.expiry:
+        out["expiry"] = True
     else:
         out["undecodable"] = item.undecodable
         out["raw_b64"] = base64.b64encode(record.value).decode("ascii")
     if item.violation is not None:
         out["violation"] = {"reason": item.violation.reason, "detail": item.violation.detail}
+    if not item.judged:
+        out["judged"] = False
     return out
 
 
@@ -277,6 +312,10 @@ def audit_schema() -> dict[str, Any]:
             {"name": "undecodable", "type": ["null", "string"], "default": None,
              "doc": "Why the record could not be decoded; the bytes are in raw."},
             {"name": "raw", "type": ["null", "bytes"], "default": None},
+            {"name": "expiry", "type": "boolean", "default": False,
+             "doc": "A tombstone: the key's expiry (no event)."},
+            {"name": "judged", "type": "boolean", "default": True,
+             "doc": "False when the record's verdict cannot be told (see effectlog replay)."},
             {"name": "violation", "default": None, "type": ["null", {
                 "type": "record", "name": "Violation",
                 "fields": [{"name": "reason", "type": "string"},
@@ -293,7 +332,8 @@ def item_avro(item: ReplayItem) -> dict[str, Any]:
         "timestamp": record.timestamp_ms, "key": record.key,
         "event": item.event.to_record() if item.event is not None else None,
         "undecodable": item.undecodable,
-        "raw": record.value if item.event is None else None,
+        "raw": record.value if item.event is None and not item.expiry else None,
+        "expiry": item.expiry, "judged": item.judged,
         "violation": {"reason": item.violation.reason, "detail": item.violation.detail}
         if item.violation is not None else None,
     }

@@ -44,6 +44,12 @@ class IllegalTransition(Conflict):
     reason = "illegal_transition"
 
 
+class NotSettled(Conflict):
+    """An expiry (a tombstone) for a key that is not settled: open, or unknown."""
+
+    reason = "not_settled"
+
+
 class Fenced(Conflict):
     """The writer's fencing epoch is stale or owned by another worker."""
 

@@ -15,6 +15,10 @@ from effectlog.verifier import Published
 
 #: The verdict of an accepted event whose record compaction removed.
 REMOVED = "accepted; its record was removed by compaction"
+#: The verdict of an accepted tombstone.
+EXPIRED = "accepted (expiry: the settled effect was removed; the key used again is a new effect)"
+#: The verdict of a record whose verdict cannot be told (see HistoryVerifier.judged).
+UNJUDGED = "not judged: older than an expiry of the key or than what its owner kept"
 
 
 def judge_records(records: Sequence[Record], compacted: bool,
@@ -43,6 +47,12 @@ def judge_records(records: Sequence[Record], compacted: bool,
     codec = event_codec()
     for record in records:
         row: dict[str, Any] = {"partition": record.partition, "offset": record.offset}
+        if not record.value:
+            violation = verifier.observe_expiry(record)
+            verdict = (UNJUDGED if not verifier.judged else EXPIRED if violation is None
+                       else f"rejected ({violation.reason}): {violation.detail}")
+            rows.append({**row, "verdict": verdict, "expiry": True})
+            continue
         try:
             event = EffectEvent.from_record(codec.decode(record.value))
         except (CodecError, KeyError, ValueError, TypeError) as exc:
@@ -50,7 +60,9 @@ def judge_records(records: Sequence[Record], compacted: bool,
             continue
         was_partial = event.idempotency_key in verifier.partial_keys
         violation = verifier.observe(record, event)
-        if violation is not None:
+        if not verifier.judged:
+            verdict = UNJUDGED
+        elif violation is not None:
             verdict = f"rejected ({violation.reason}): {violation.detail}"
         elif not was_partial and event.idempotency_key in verifier.partial_keys:
             verdict = "accepted (baseline)"

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from effectlog.errors import Conflict, Fenced, IllegalTransition, InvalidInput, PayloadMismatch
+from effectlog.errors import (
+    Conflict,
+    Fenced,
+    IllegalTransition,
+    InvalidInput,
+    NotSettled,
+    PayloadMismatch,
+)
 from effectlog.keys import canonical_payload, make_key
 from effectlog.model import (
     Approval,
@@ -51,6 +59,9 @@ LEGAL: dict[tuple[State | None, Transition], frozenset[State]] = {
     (S.AWAITING_APPROVAL, T.APPROVE): frozenset({S.RESERVED, S.ABANDONED}),
 }
 
+#: States no transition leaves: the effect is over, and may expire (see :func:`check_expiry`).
+SETTLED = frozenset({S.SUCCEEDED, S.FAILED, S.ABANDONED})
+
 #: Transitions that take a new fencing epoch (and with it, ownership of the key).
 CLAIMING = frozenset({T.RESERVE, T.CLAIM, T.APPROVE})
 
@@ -74,6 +85,16 @@ def check(current: EffectEvent | None, event: EffectEvent) -> None:
             f"for {event.idempotency_key}")
     _check_details(current, event)
     _check_epoch(current, event)
+
+
+def check_expiry(current: EffectEvent | None, key: str) -> None:
+    """Raise :class:`NotSettled` unless ``current`` may expire: an expiry (a tombstone on
+    the log) removes a settled key, whose state no transition can change, so the key used
+    again is a new effect. An open or unknown key is never removed."""
+    if current is None:
+        raise NotSettled(f"expiry of {key}: no such effect")
+    if current.state not in SETTLED:
+        raise NotSettled(f"expiry of {key}: it is {current.state.value}, not settled")
 
 
 def check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
@@ -142,18 +163,31 @@ def payload_hash_of_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def fold(events: Iterable[EffectEvent]) -> tuple[EffectEvent | None, list[tuple[EffectEvent, Conflict]]]:
-    """Apply events in log order: the accepted snapshot and the rejected events with why."""
+def fold(events: Iterable[EffectEvent | Expiry]) -> tuple[EffectEvent | None,
+                                                         list[tuple[EffectEvent | Expiry, Conflict]]]:
+    """Apply events in log order: the accepted snapshot and the rejected events with why.
+    An :class:`Expiry` (a tombstone) removes a settled key."""
     current: EffectEvent | None = None
-    rejected: list[tuple[EffectEvent, Conflict]] = []
+    rejected: list[tuple[EffectEvent | Expiry, Conflict]] = []
     for event in events:
         try:
+            if isinstance(event, Expiry):
+                check_expiry(current, event.key)
+                current = None
+                continue
             check(current, event)
         except Conflict as exc:
             rejected.append((event, exc))
             continue
         current = event
     return current, rejected
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """A tombstone of ``key`` read from the log (a record without a value)."""
+
+    key: str
 
 
 def new_effect(operation_id: str, kind: str, target: str, payload: Any, worker_id: str, *,

@@ -11,6 +11,8 @@ from typing import Any
 
 STATES = ("CREATED", "RESERVED", "DISPATCHED", "UNKNOWN", "AWAITING_APPROVAL", "SUCCEEDED",
           "FAILED", "ABANDONED")
+#: The counter of settled effects an expiry removed (see ``effectlog expire``).
+EXPIRED = "metric:expired"
 
 
 def effect_metrics(counts: Mapping[str, int]) -> dict[str, int]:
@@ -37,6 +39,9 @@ def stats_figures(counts: Mapping[str, int], next_offsets: Mapping[int, int],
                 if label.startswith("rejected:")}
     return {
         "states": states,
+        # keys the projection holds, and settled ones expiries removed (bounded state)
+        "held": sum(states.values()),
+        "expired": counts.get(EXPIRED, 0),
         "metrics": effect_metrics(counts),
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from effectlog.errors import Conflict, InvalidInput
+from effectlog.errors import Conflict, InvalidInput, NotSettled
 from effectlog.keys import make_key
 from effectlog.log.base import Position, Record
-from effectlog.machine import check
+from effectlog.machine import check, check_expiry
 from effectlog.model import EffectEvent, Transition
 
 #: The reason of a record below a publication that its owner did not accept, when the state
@@ -63,6 +63,8 @@ class Published:
     partition: int
     applied: int
     keys: Mapping[str, PublishedKey]
+    #: how many keys of the partition expiries removed below ``applied``
+    expired: int = 0
 
 
 def rule_broken(exc: InvalidInput | Conflict) -> str:
@@ -99,12 +101,17 @@ class HistoryVerifier:
         self._rebased: set[str] = set()
         self._observed: set[str] = set()  # keys read in published partitions
         self.partial_keys: set[str] = set()
-        #: records below a publication older than the accepted positions it kept
-        self.unverifiable = 0
+        #: records whose verdict cannot be told (see :attr:`judged`)
+        self.unjudged = 0
+        #: False when the last record observed could not be judged: below a publication,
+        #: older than the accepted positions it kept or than an expiry of its key; or a
+        #: window's first record of a key, when it is an expiry
+        self.judged = True
 
     def observe(self, record: Record, event: EffectEvent) -> Violation | None:
         """Judge ``event`` (read at ``record``); accepted events advance the key's fold."""
         key = event.idempotency_key
+        self.judged = True
         if record.key != key:
             return Violation(record.position, record.key, "key_mismatch",
                              f"event for {key!r} stored under log key {record.key!r}")
@@ -116,6 +123,30 @@ class HistoryVerifier:
             if key not in self._rebased:
                 self._rebase(key, published)
         return self._by_rules(record, event, baseline=published is None)
+
+    def observe_expiry(self, record: Record) -> Violation | None:
+        """Judge a tombstone (an expiry of ``record.key``); an accepted one ends the key's
+        fold, and the key used again is a new effect."""
+        key = record.key
+        self.judged = True
+        published = self.published.get(record.partition)
+        if published is not None:
+            self._observed.add(key)
+            if record.offset < published.applied:
+                return self._expiry_by_publication(record, published)
+            if key not in self._rebased:
+                self._rebase(key, published)
+        elif key not in self._first_hash and (self.trust_first or key in self.partial_keys):
+            return self._unjudged()  # a window's first record of the key
+        try:
+            check_expiry(self._current.get(key), key)
+        except NotSettled as exc:
+            return Violation(record.position, key, exc.reason, str(exc))
+        self._current.pop(key, None)
+        self._current_at.pop(key, None)
+        self._first_hash.pop(key, None)
+        self.partial_keys.discard(key)
+        return None
 
     def undecodable(self, record: Record) -> None:
         """Note a record that could not be decoded (rejected; its key was read)."""
@@ -200,11 +231,40 @@ class HistoryVerifier:
 
     # -- below a publication ----------------------------------------------------------------
 
+    def _unjudged(self) -> Violation | None:
+        """No verdict (see :attr:`judged`): no violation either."""
+        self.unjudged += 1
+        self.judged = False
+        return None
+
+    @staticmethod
+    def _in_life(record: Record, known: PublishedKey | None, published: Published) -> bool:
+        """Whether ``record`` is at or after the start of the key's published life (its first
+        accepted event); without expiries in the partition every record is."""
+        if not published.expired:
+            return True
+        return known is not None and bool(known.accepted) and not known.truncated \
+            and record.offset >= known.accepted[0][0]
+
+    def _expiry_by_publication(self, record: Record, published: Published) -> Violation | None:
+        key = record.key
+        known = published.keys.get(key)
+        if not self._in_life(record, known, published):
+            return self._unjudged()  # it may have ended an earlier life of the key
+        # Accepted, it would have removed the key: a life that started before it goes on.
+        detail = f"expiry of {key}: not accepted by the owner of partition {record.partition}"
+        if known is not None and known.accepted and known.accepted[-1][0] < record.offset:
+            detail = f"expiry of {key}: it was {known.event.state.value}, not settled"
+        return Violation(record.position, key, NotSettled.reason, detail)
+
     def _by_publication(self, record: Record, event: EffectEvent,
                         published: Published) -> Violation | None:
         key = event.idempotency_key
         known = published.keys.get(key)
         accepted = () if known is None else known.accepted
+        if not self._in_life(record, known, published) and (
+                known is None or (record.offset, event.event_id) not in accepted):
+            return self._unjudged()  # an earlier life of the key, ended by an expiry
         if (record.offset, event.event_id) in accepted or (
                 known is not None and not accepted and known.event.event_id == event.event_id):
             self._seen.setdefault(key, set()).add(record.offset)
@@ -213,8 +273,7 @@ class HistoryVerifier:
             self._first_hash.setdefault(key, event.payload_hash)
             return None
         if known is not None and known.truncated and record.offset < accepted[0][0]:
-            self.unverifiable += 1  # older than every position its owner kept
-            return None
+            return self._unjudged()  # older than every position its owner kept
         reason, detail = NOT_ACCEPTED, (
             f"not accepted by the owner of partition {record.partition} (published up to "
             f"offset {published.applied}); the state it was judged against was compacted away")

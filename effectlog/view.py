@@ -10,17 +10,21 @@ from __future__ import annotations
 from effectlog.codec import event_codec
 from effectlog.errors import CodecError
 from effectlog.log.base import EVENTS, EventLog, Record
-from effectlog.machine import fold
+from effectlog.machine import Expiry, fold
 from effectlog.model import EffectEvent
 
 
 def decode_events(log: EventLog, key: str, records: list[Record] | None = None
-                  ) -> list[EffectEvent]:
-    """The decodable events of ``key`` in log order (undecodable ones are skipped here;
-    the projector stores them as rejected)."""
+                  ) -> list[EffectEvent | Expiry]:
+    """The decodable events of ``key`` in log order, a tombstone (a record without a value)
+    as an :class:`~effectlog.machine.Expiry` (undecodable ones are skipped here; the
+    projector stores them as rejected)."""
     codec = event_codec()
-    events = []
+    events: list[EffectEvent | Expiry] = []
     for record in log.read_key(EVENTS, key) if records is None else records:
+        if not record.value:
+            events.append(Expiry(record.key))
+            continue
         try:
             events.append(EffectEvent.from_record(codec.decode(record.value)))
         except (CodecError, KeyError, ValueError):

@@ -122,6 +122,9 @@ class Projector:
         """``writer``, or the partition restored from the changelog unless what is stored here
         is exactly what the changelog's last checkpoint reflects."""
         if self.changelog is None:
+            # no changelog to restore from (a log that keeps every record; or, compacted, a
+            # backend without one): a key's first surviving record is its baseline
+            writer.trust_first = self.log.compacted
             return writer
         partition = writer.partition
         raw = self.changelog.last_checkpoint(partition)

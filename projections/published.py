@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from effectlog.errors import LogMissing, WrongLog
 from effectlog.log.base import EventLog
 from effectlog.log.changelog import CHECKPOINT_KEY
+from effectlog.stats import EXPIRED
 from effectlog.verifier import Published, PublishedKey
 from projections.checkpoint import Checkpoint
 from projections.rocksdb.snapshot import MAX_ACCEPTED, decode_stored
@@ -48,7 +49,8 @@ def read_published(log: EventLog, partitions: Iterable[int],
                                f"another events log ({decoded.log_id}, not {identity})")
             found[partition] = Published(partition, decoded.applied,
                                          {name.decode("utf-8"): _key(raw)
-                                          for name, raw in states.items()})
+                                          for name, raw in states.items()},
+                                         decoded.counts.get(EXPIRED, 0))
     except LogMissing:
         return None
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from effectlog.codec import event_codec
 from effectlog.log import EVENTS, EventLog, open_log
+from effectlog.log.base import TOMBSTONE
 from effectlog.machine import advance, new_effect
 from effectlog.model import EffectEvent, Outcome, State
 from effectlog.model import Transition as T
@@ -22,12 +23,17 @@ from projections.rocksdb.digest import partition_digest
 RESTORED = ("state", "index", "metadata")
 REASONS = ("stale_epoch", "foreign_owner", "unclaimed_epoch", "illegal_transition",
            "payload_mismatch", "duplicate", "undecodable")
+#: Histories with expiries (b"": a tombstone): of a settled key, of a key then used again
+#: (a new effect), and of an open key (rejected: not_settled).
+EXPIRIES = ("expired", "expired_reused", "not_settled")
 
 
 def history(reason: str, n: int, tag: str = "") -> list[EffectEvent | bytes]:
     """Events of one key whose last record is rejected for ``reason`` (bytes: written raw)."""
     created = new_effect(f"{tag}{reason}-{n}", "payment.charge", f"acct:{n}", {"n": n}, "w1")
     reserved = advance(created, T.RESERVE, "w1")
+    if reason in EXPIRIES:
+        return _expiring(reason, created, reserved, n, tag)
     if reason == "stale_epoch":  # a replacement claimed epoch 2; the first owner dispatches at 1
         claimed = advance(reserved, T.CLAIM, "w2")
         late = reserved.next(T.DISPATCH, State.DISPATCHED, attempt=reserved.attempt + 1)
@@ -53,11 +59,23 @@ def history(reason: str, n: int, tag: str = "") -> list[EffectEvent | bytes]:
     return [created, reserved, dispatched, b"\xc3\x01not avro at all"]
 
 
+def _expiring(reason: str, created: EffectEvent, reserved: EffectEvent, n: int,
+              tag: str) -> list[EffectEvent | bytes]:
+    dispatched = advance(reserved, T.DISPATCH, "w1")
+    if reason == "not_settled":
+        return [created, reserved, TOMBSTONE, dispatched]
+    done = advance(dispatched, T.RECORD, "w1", outcome=Outcome(State.SUCCEEDED, {"ok": n}))
+    if reason == "expired":
+        return [created, reserved, dispatched, done, TOMBSTONE]
+    again = new_effect(f"{tag}{reason}-{n}", "payment.charge", f"acct:{n}", {"n": n + 100}, "w2")
+    return [created, reserved, dispatched, done, TOMBSTONE, again, advance(again, T.RESERVE, "w2")]
+
+
 def write_histories(log: EventLog, per_reason: int, tag: str = "") -> list[str]:
     """``per_reason`` keys per rejection reason, their records appended in order; the keys."""
     codec = event_codec()
     keys = []
-    for reason in REASONS:
+    for reason in (*REASONS, *EXPIRIES):
         for n in range(per_reason):
             events = history(reason, n, tag)
             first = events[0]

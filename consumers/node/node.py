@@ -17,12 +17,14 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
+from consumers.expiry import Expirer, ExpirySettings
+from consumers.node.assignments import Assignments
 from consumers.node.forwarding import Membership, SoloMembership
 from consumers.node.gate import PartitionGate
 from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
@@ -78,6 +80,7 @@ class NodeSettings:
     session_timeout_ms: int = 10_000
     membership_every_s: float = 2.0
     standbys: int = 0
+    expiry: ExpirySettings | None = None  # None: settled effects are kept forever
     health_wait_s: float = DEFAULT_HEALTH_WAIT_S  # /healthz answers without the log after it
 
 
@@ -151,6 +154,9 @@ class Node:
             self._spawn("publisher", self._stop, self.publisher.run)
         if s.loops:
             self._spawn("recovery", self._stop, self.recovery.run)
+            if s.expiry is not None:
+                expirer = Expirer(self.logs["work"], self.reader, s.expiry, self.gate.positions)
+                self._spawn("expiry", self._stop, expirer.run)
             if self.reconciler is not None:
                 self._spawn("reconciler", self._stop, self.reconciler.run)
         self._spawn("metrics", self._stop, self._observe)
@@ -260,7 +266,7 @@ class Node:
             from effectlog.log.source import LogSource
 
             source = LogSource(self.logs["projector"])
-            source.start(_Assignments(self))
+            source.start(self._assignments())
             return source, SoloMembership(self.url, self.partition_count)
         from effectlog.log.kafka.group import GroupMembership, GroupSettings, GroupSource
 
@@ -274,8 +280,11 @@ class Node:
 
             standby_log = self._open(open_log(self.log_url))
             source = WithStandbys(self._group_source, standby_log, self.projector)
-        source.start(_Assignments(self))
+        source.start(self._assignments())
         return source, GroupMembership(kafka, group)
+
+    def _assignments(self) -> Assignments:
+        return Assignments(self.projector, self.gate, self.publisher, self.logs["projector"])
 
     def _command_offsets(self) -> CommandOffsets:
         """On a consumer group the commands offsets are the group's, so they move with the
@@ -376,33 +385,6 @@ class Node:
         from projections.rocksdb.layout import hold
 
         self._lock_file = hold(self.settings.state_dir, "effectlog serve")
-
-
-class _Assignments:
-    """Hands a source's assignments to the projector and the gate (projector thread)."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    def assigned(self, partitions: Sequence[int]) -> Mapping[int, int]:
-        node = self.node
-        if node.publisher is not None:  # fence earlier owners before reading what they published
-            node.publisher.take(partitions)
-        starts = node.projector.assigned(partitions)
-        ends = node.logs["projector"].end_offsets(EVENTS)
-        for partition in partitions:
-            node.gate.assigned(partition, starts[partition], ends.get(partition, 0))
-        return starts
-
-    def revoked(self, partitions: Sequence[int], *, lost: bool) -> None:
-        node = self.node
-        for partition in partitions:
-            node.gate.revoked(partition)
-        if node.publisher is not None:
-            if not lost:  # hand over everything: the next owner then restores, not replays
-                node.projector.settle()
-            node.publisher.release(partitions, final=not lost)
-        node.projector.revoked(partitions, lost=lost)
 
 
 def _kafka_settings(log: EventLog) -> KafkaSettings | None:

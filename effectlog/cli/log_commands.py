@@ -257,8 +257,8 @@ def _print_history(key: str, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         event = row.get("event")
         if event is None:
-            table.append([row["offset"], "", "", "", "", "", "",
-                          f"event {row['event_id']}" if row.get("event_id") else "",
+            table.append([row["offset"], "", "EXPIRE" if row.get("expiry") else "", "", "",
+                          "", "", f"event {row['event_id']}" if row.get("event_id") else "",
                           row["verdict"]])
             continue
         table.append([row["offset"], iso_utc(event["occurred_at"]), event["transition"],

@@ -241,6 +241,9 @@ def stats(obj: CliContext, as_json: bool, catch_up: bool, server: str | None) ->
 
     print_table("effects by state", ["state", "count"],
                 [[k, v] for k, v in figures["states"].items()])
+    print_table("keys", ["keys", "count"],
+                [["held (every state)", figures.get("held", 0)],
+                 ["expired (settled, removed)", figures.get("expired", 0)]])
     print_table("metrics", ["metric", "count"], [[k, v] for k, v in figures["metrics"].items()])
     print_table("rejected events by reason", ["reason", "count"],
                 [[k, v] for k, v in figures["rejected"].items()] or [["(none)", 0]])

@@ -85,9 +85,11 @@ def _print_summary(summary: ReplaySummary) -> None:
         click.echo(f"judged below each partition's published offset ({marks}) by what its "
                    f"owner accepted; compaction removed {summary.compacted_accepted} accepted "
                    "events of these keys", err=True)
-        if summary.unverifiable:
-            click.echo(f"{summary.unverifiable} records are older than the accepted positions "
-                       "kept for their key (not judged)", err=True)
+    if summary.expiries:
+        click.echo(f"{summary.expiries} expiries (tombstones of settled effects)", err=True)
+    if summary.unjudged:
+        click.echo(f"{summary.unjudged} records not judged: older than an expiry of their key "
+                   "or than the accepted positions kept for it", err=True)
     if summary.partial_keys:
         click.echo(f"{summary.partial_keys} keys start after their CREATE", err=True)
     if not summary.violation_count:

@@ -70,6 +70,13 @@ def parse_http(text: str) -> tuple[str, int]:
               help="Lets people who log in with it retry or abandon effects from the web "
                    "console at / (env EFFECTLOG_CONSOLE_TOKEN); without it the console is "
                    "read-only.")
+@click.option("--expire-after", default=None, metavar="DUR",
+              help="Expire settled effects (SUCCEEDED, FAILED, ABANDONED) this long after "
+                   "their last transition: a tombstone removes each from the log and the "
+                   "projection, and its key used again is a new effect. Default: kept forever.")
+@click.option("--purge-after", default="1d", show_default=True, metavar="DUR",
+              help="With --expire-after on a log that is not compacted (SQLite): delete an "
+                   "expired key's records once its tombstone is this old.")
 @click.option("--metrics-port", type=int, default=None, hidden=True,
               help="Old name of the --http port.")
 @click.option("--metrics-host", default=None, hidden=True, help="Old name of the --http host.")
@@ -83,6 +90,7 @@ def parse_http(text: str) -> tuple[str, int]:
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
           standbys: int, session_timeout: str, provider_spec: str | None,
           console_users: str | None, console_token: str | None,
+          expire_after: str | None, purge_after: str,
           metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
           auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
@@ -99,12 +107,18 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     host, port = parse_http(http)
     host, port = metrics_host or host, port if metrics_port is None else metrics_port
     recovery = recovery_settings(stuck_after, command_timeout, kind_deadlines, poll)
+    expiry = None
+    if expire_after is not None:
+        from consumers.expiry import ExpirySettings
+
+        expiry = ExpirySettings(parse_duration_ms(expire_after) / 1000,
+                                parse_duration_ms(purge_after) / 1000)
     settings = NodeSettings(
         state_dir=Path(obj.state_dir), http_host=host, http_port=port, advertise=advertise,
         group=group, standbys=standbys, session_timeout_ms=parse_duration_ms(session_timeout),
         recovery=recovery,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
-        observe_every_s=max(recovery.poll_s, 1.0))
+        observe_every_s=max(recovery.poll_s, 1.0), expiry=expiry)
     provider = load_provider(provider_spec) if provider_spec else None
     users = Users.load(console_users) if console_users else None
     stop = stop_on_signals()

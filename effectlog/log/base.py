@@ -31,9 +31,14 @@ class Position(NamedTuple):
     offset: int
 
 
+#: The value of a tombstone: an expiry of its key (see :meth:`EventLog.expire`). Kafka
+#: writes it as a null value, the tombstone of its compaction.
+TOMBSTONE = b""
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One record read back from the log."""
+    """One record read back from the log (``value`` empty: a tombstone)."""
 
     topic: str
     partition: int
@@ -98,6 +103,18 @@ class EventLog(ABC):
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         """Durably append several records; per-key order follows ``items`` order."""
         return [self.append(topic, key, value) for key, value in items]
+
+    def expire(self, keys: Sequence[str]) -> list[Position]:
+        """Append a tombstone (:data:`TOMBSTONE`) of each key to the events topic: the
+        projector removes a settled key on it and rejects it for any other (see
+        :func:`effectlog.machine.check_expiry`)."""
+        return self.append_ordered(EVENTS, [(key, TOMBSTONE) for key in keys])
+
+    def purge_expired(self, before_ms: int) -> int:
+        """Delete the records of keys whose accepted tombstone was logged before
+        ``before_ms``, the tombstone too; how many records went. A compacted log's broker
+        does this itself (compaction, ``delete.retention.ms``): 0 here."""
+        return 0
 
     def append_ordered(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
         """Durably append several records in order, without the promise of all or none.

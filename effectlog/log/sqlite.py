@@ -238,6 +238,41 @@ class SqliteLog(EventLog):
         rows = self._query(f"SELECT COALESCE(MAX(rid), 0) FROM {_table(topic)}", ())
         return {0: int(rows[0][0])}
 
+    def purge_expired(self, before_ms: int) -> int:
+        """Delete every record of each key whose last record is a tombstone logged before
+        ``before_ms`` that the rules accepted (the key's fold ends with nothing), in one
+        transaction. The table's last row always stays: offsets are never reused."""
+        from effectlog.machine import fold
+        from effectlog.view import decode_events
+
+        table = _table(EVENTS)
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    rows = self._db.execute(
+                        f"SELECT e.key, e.rid FROM {table} e JOIN (SELECT key, MAX(rid) AS last "
+                        f"FROM {table} GROUP BY key) l ON e.key = l.key AND e.rid = l.last "
+                        "WHERE length(e.value) = 0 AND e.ts < ? AND e.rid < "
+                        f"(SELECT MAX(rid) FROM {table})", (before_ms,)).fetchall()
+                    purged = 0
+                    for key, last in rows:
+                        records = [_record(EVENTS, row) for row in self._db.execute(
+                            f"SELECT {_COLUMNS} FROM {table} WHERE key = ? ORDER BY rid",
+                            (key,))]
+                        if fold(decode_events(self, key, records))[0] is not None:
+                            continue  # the tombstone was rejected: the key is alive
+                        purged += self._db.execute(
+                            f"DELETE FROM {table} WHERE key = ? AND rid <= ?",
+                            (key, last)).rowcount
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"sqlite purge of {self.path} failed: {exc}") from exc
+        return purged
+
     def read_key(self, topic: str, key: str) -> list[Record]:
         rows = self._query(f"SELECT {_COLUMNS} FROM {_table(topic)} WHERE key = ? "
                            "ORDER BY rid", (key,))

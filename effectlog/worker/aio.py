@@ -76,8 +76,10 @@ class AsyncWorker(WorkerBase):
         return await self._run(self._core.load(key, fresh=True))
 
     async def history(self, key: str) -> list[EffectEvent]:
-        """Every decodable event of ``key`` in log order (accepted or not)."""
-        return await self._off(decode_events, self.log, key)
+        """Every decodable event of ``key`` in log order (accepted or not; expiries, the
+        key's tombstones, are left out: a key used again after one starts a new effect)."""
+        events = await self._off(decode_events, self.log, key)
+        return [e for e in events if isinstance(e, EffectEvent)]
 
     # -- transitions ---------------------------------------------------------------------
 

@@ -100,8 +100,9 @@ class Worker(WorkerBase):
         return self._run(self._core.load(key, fresh=True))
 
     def history(self, key: str) -> list[EffectEvent]:
-        """Every decodable event of ``key`` in log order (accepted or not)."""
-        return decode_events(self.log, key)
+        """Every decodable event of ``key`` in log order (accepted or not; expiries, the
+        key's tombstones, are left out: a key used again after one starts a new effect)."""
+        return [e for e in decode_events(self.log, key) if isinstance(e, EffectEvent)]
 
     # -- transitions ---------------------------------------------------------------------
 

@@ -42,6 +42,9 @@ class ChangeTracker:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     dirty: set[bytes] = field(default_factory=set)
+    #: keys an expiry removed: kept apart from ``dirty`` and never dropped, since a
+    #: publication of every key cannot name the keys that are gone
+    gone: set[bytes] = field(default_factory=set)
     full: bool = False
     published: int = -1  # the applied offset of the last publication (-1: none yet)
 
@@ -54,17 +57,23 @@ class ChangeTracker:
             self.dirty.clear()
             self.full = True
 
+    def removed(self, keys: Iterable[bytes]) -> None:
+        """Note keys an expiry removed (under ``lock``)."""
+        self.gone.update(keys)
+
 
 def take_changes(writer: RocksPartitionWriter) -> Changes | None:
     """The changes since the last publication (None: nothing to publish). Hand them back
     with :func:`untake` when their publication failed."""
     tracker = writer.tracker
     with tracker.lock:
-        if not tracker.dirty and not tracker.full and writer.next_offset <= tracker.published:
+        if not tracker.dirty and not tracker.gone and not tracker.full \
+                and writer.next_offset <= tracker.published:
             return None
         snapshot = writer.handle.cf[STATE].snapshot()
         applied, counts = writer.next_offset, dict(writer.counts)
         dirty, tracker.dirty = tracker.dirty, set()
+        gone, tracker.gone = tracker.gone, set()
         full, tracker.full = tracker.full, False
     if full:
         every: list[Change] = []
@@ -72,9 +81,11 @@ def take_changes(writer: RocksPartitionWriter) -> Changes | None:
             key = cast(bytes, name)
             if not key.startswith(b"\x00"):
                 every.append((key, cast(bytes, value)))
+                gone.discard(key)  # expired, then used again
+        every.extend((key, None) for key in sorted(gone))
         return Changes(writer.partition, applied, counts, every, full=True)
     changes: list[Change] = []
-    for key in sorted(dirty):
+    for key in sorted(dirty | gone):
         try:
             changes.append((key, bytes(snapshot[key])))
         except Exception as exc:  # rocksdict's only error type: absent, the key was removed
@@ -87,10 +98,11 @@ def take_changes(writer: RocksPartitionWriter) -> Changes | None:
 def untake(writer: RocksPartitionWriter, changes: Changes) -> None:
     """A publication failed: its keys are published with the next one."""
     with writer.tracker.lock:
+        writer.tracker.removed(key for key, value in changes.changes if value is None)
         if changes.full:
             writer.tracker.full = True
         else:
-            writer.tracker.changed(key for key, _ in changes.changes)
+            writer.tracker.changed(key for key, value in changes.changes if value is not None)
 
 
 def published(writer: RocksPartitionWriter, changes: Changes) -> None:

@@ -24,11 +24,12 @@ from pathlib import Path
 from rocksdict import WriteBatch, WriteOptions
 
 from effectlog.codec import event_codec
-from effectlog.errors import Conflict, EffectlogError
+from effectlog.errors import Conflict, EffectlogError, NotSettled
 from effectlog.log.base import EventLog, Record
 from effectlog.log.changelog import Change
-from effectlog.machine import check, check_binding
+from effectlog.machine import check, check_binding, check_expiry
 from effectlog.model import EffectEvent, State, Transition
+from effectlog.stats import EXPIRED
 from projections.checkpoint import Changes, Checkpoint
 from projections.decoding import Decoded, decode_values
 from projections.fastevent import Fields, event_from_fields
@@ -202,13 +203,15 @@ class RocksPartitionWriter(PartitionWriter):
         items = _events(decode_values([r.value for r in records]) if decoded is None
                         else decoded[skip:])
         originals = self._load({item[0].idempotency_key for item in items
-                                if not isinstance(item, str)})
+                                if not isinstance(item, str)}
+                               | {r.key for r in records if not r.value})
         current = {key: None if stored is None else stored.event
                    for key, stored in originals.items()}
         accepted: dict[str, Fields] = {}  # key -> fields of its latest accepted event
         positions: dict[str, Accepted] = {key: stored.accepted
                                           for key, stored in originals.items() if stored}
         logged: dict[str, int] = {}  # key -> log time of its latest accepted record
+        removed: set[str] = set()  # keys an accepted expiry removed (not created again)
         counts: dict[str, int] = {}
         is_legacy = event_codec().is_legacy
         if n_legacy := sum(1 for r in records if is_legacy(r.value)):
@@ -216,6 +219,20 @@ class RocksPartitionWriter(PartitionWriter):
         batch = WriteBatch(raw_mode=True)
         rejected = 0
         for record, item in zip(records, items, strict=True):
+            if not record.value:  # a tombstone: the key's expiry
+                key = record.key
+                try:
+                    check_expiry(current.get(key), key)
+                except NotSettled as exc:
+                    self._reject(batch, counts, record, key, exc.reason, str(exc))
+                    rejected += 1
+                    continue
+                current[key] = None
+                for changed in (accepted, positions, logged):
+                    changed.pop(key, None)
+                removed.add(key)
+                counts[EXPIRED] = counts.get(EXPIRED, 0) + 1
+                continue
             if isinstance(item, str):
                 self._reject(batch, counts, record, record.key, UNDECODABLE, item)
                 rejected += 1
@@ -238,6 +255,7 @@ class RocksPartitionWriter(PartitionWriter):
                 rejected += 1
                 continue
             current[key] = event
+            removed.discard(key)
             accepted[key] = fields
             positions[key] = with_accepted(positions.get(key, ()), record.offset, event.event_id)
             logged[key] = record.timestamp_ms
@@ -246,6 +264,7 @@ class RocksPartitionWriter(PartitionWriter):
         stored = {key: Stored(new, logged[key], positions[key])
                   for key in accepted if (new := current[key]) is not None}
         self._stage_states(batch, counts, originals, stored, accepted)
+        self._stage_removals(batch, counts, originals, removed)
         next_offset = records[-1].offset + 1
         batch.put(APPLIED_KEY, pack_u64(next_offset), self._h[STATE])
         totals = self._stage_counts(batch, counts)
@@ -258,7 +277,8 @@ class RocksPartitionWriter(PartitionWriter):
                     self.counts.pop(label, None)
             self.next_offset = next_offset
             self.tracker.changed(key.encode("utf-8") for key in stored)
-        self._remember(originals, stored)
+            self.tracker.removed(key.encode("utf-8") for key in removed)
+        self._remember(originals, stored, removed)
         return Applied(len(records), len(records) - rejected, rejected, next_offset)
 
     # -- steps ---------------------------------------------------------------------------
@@ -305,6 +325,21 @@ class RocksPartitionWriter(PartitionWriter):
             label = _STATE_LABEL[state]
             counts[label] = counts.get(label, 0) + delta
 
+    def _stage_removals(self, batch: WriteBatch, counts: dict[str, int],
+                        originals: dict[str, Stored | None], removed: set[str]) -> None:
+        """Snapshot and index deletes of the keys an expiry removed, and their counts."""
+        h_state, h_index = self._h[STATE], self._h[INDEX]
+        for key in removed:
+            old = originals.get(key)
+            if old is None:
+                continue  # created and expired within this batch: nothing stored
+            name = key.encode("utf-8")
+            batch.delete(name, h_state)
+            batch.delete(_INDEX_PREFIX[old.event.state] + pack_u64(max(old.logged_at, 0)) + name,
+                         h_index)
+            label = _STATE_LABEL[old.event.state]
+            counts[label] = counts.get(label, 0) - 1
+
     def _stage_counts(self, batch: WriteBatch, counts: dict[str, int]) -> dict[str, int]:
         """Stage the changed counters (a zero count is no key) and the update time."""
         meta = self._h[METADATA]
@@ -328,11 +363,15 @@ class RocksPartitionWriter(PartitionWriter):
         label = f"rejected:{reason}"
         counts[label] = counts.get(label, 0) + 1
 
-    def _remember(self, originals: dict[str, Stored | None], stored: dict[str, Stored]) -> None:
+    def _remember(self, originals: dict[str, Stored | None], stored: dict[str, Stored],
+                  removed: set[str]) -> None:
         """Keep the batch's keys in the LRU, the changed ones as most recent."""
         cache = self._cache
+        for key in removed:
+            cache.pop(key, None)
         for key, found in originals.items():
-            if found is not None and key not in stored and key not in cache:
+            if found is not None and key not in stored and key not in removed \
+                    and key not in cache:
                 cache[key] = found
         for key, new in stored.items():
             cache[key] = new

@@ -45,7 +45,7 @@ def kafka_env(bootstrap: str, tmp: Path, *, lookup_complete: bool = True,
     url = f"kafka://{bootstrap}?prefix=crash{uuid.uuid4().hex[:10]}&timeout_s={timeout_s}"
     create_topics(KafkaSettings.from_url(url))
     tmp.mkdir(parents=True, exist_ok=True)
-    serve = Serve(tmp, "judge", url, None)
+    serve = Serve(tmp, "judge", url, None, None, "--stuck-after", "1h")  # the scenarios recover
     _SERVES.append(serve)
     return Env(tmp, url, lookup_complete=lookup_complete, server=serve.url)
 

@@ -130,7 +130,10 @@ def test_recovery_and_read_commands_through_a_broker_fault(fault_broker: KafkaBr
                                    what)
             # A local projection needs no broker: `get` shows what it applied.
             got = cli("--log", url, "--state", state, "get", keys[1], "--json")
-            assert got.code == 0 and json.loads(got.stdout)["state"] == "DISPATCHED", got
+            # (DISPATCHED, or SUCCEEDED when serve's own recovery settled it before the local
+            # projection ran: on a loaded machine the setup can outlast --stuck-after)
+            assert got.code == 0 and json.loads(got.stdout)["state"] in (
+                "DISPATCHED", "SUCCEEDED"), got
             assert serve.process.poll() is None, serve.err_path.read_text()[-2000:]
         assert not nowhere.exists()
         print(f"{fault}: broker back after {time.monotonic() - t0:.1f}s")

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
 from effectlog.log import COMMANDS, EVENTS, EventLog, Position, open_log
+from effectlog.log.base import STATE
 from effectlog.log.kafka import KafkaLog, KafkaSettings, create_topics, murmur2, murmur2_partition
 from effectlog.redact import redact_url
 from tests.kafka_broker import private_broker
@@ -187,10 +188,10 @@ def test_a_partition_count_other_than_the_topics_is_a_conflict(kafka_url: str) -
 def test_create_topics_is_idempotent(kafka_bootstrap: str) -> None:
     settings = KafkaSettings.from_url(f"kafka://{kafka_bootstrap}?prefix=i{uuid.uuid4().hex[:8]}")
     first = create_topics(settings)
-    assert [line.split()[0] for line in first] == ["created", "created"]
+    assert [line.split()[0] for line in first] == ["created", "created", "created"]
     again = create_topics(settings)
     assert again == [f"exists {settings.topic(t)} (6 partitions, config ok)"
-                     for t in (EVENTS, COMMANDS)]
+                     for t in (EVENTS, COMMANDS, STATE)]
 
 
 @pytest.mark.kafka

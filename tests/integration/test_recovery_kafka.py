@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 @pytest.fixture
 def judge(kafka_url: str, tmp_path: Path) -> Iterator[Serve]:
     """A serve that judges the reconciler's writes (its own loops have no provider)."""
-    node = Serve(tmp_path, "judge", kafka_url, None)
+    node = Serve(tmp_path, "judge", kafka_url, None, None, "--stuck-after", "1h")  # quiet
     try:
         wait_until(lambda: len(node.serving()) == 6, 60, "serve serves every partition")
         yield node

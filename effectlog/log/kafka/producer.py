@@ -141,7 +141,9 @@ class AppendProducer:
             stalled = time.monotonic() + budget
             while True:
                 try:
-                    produce(name, value, encoded, partition=partition, on_delivery=callback)
+                    # an empty value is a tombstone: null, as Kafka's compaction knows it
+                    produce(name, value or None, encoded, partition=partition,
+                            on_delivery=callback)
                     break
                 except BufferError:  # local queue full: let deliveries drain it
                     if time.monotonic() > stalled:
