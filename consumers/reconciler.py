@@ -23,7 +23,7 @@ from effectlog.errors import CodecError, Conflict, EffectlogError, WrongLog
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.machine import advance
 from effectlog.metrics import Metrics
-from effectlog.model import Decision, EffectEvent, State, Transition
+from effectlog.model import LOOKUP, REDISPATCH, Decision, EffectEvent, State, Transition
 from effectlog.provider import (
     LookupResult,
     LookupStatus,
@@ -188,7 +188,7 @@ class Reconciler:
             outcome = lookup.outcome
             if self.metrics and outcome.status is State.SUCCEEDED:
                 self.metrics.confirmed.inc()
-            return w.record(key, outcome.status, outcome.result, source="lookup").state
+            return w.record(key, outcome.status, outcome.result, source=LOOKUP).state
         if action is Action.DISPATCH:
             return self._dispatch(key, payload)
         if action is Action.MARK_UNKNOWN:
@@ -207,12 +207,12 @@ class Reconciler:
                                            event.fencing_epoch, payload)
         except ProviderFailed as exc:
             failure = exc.result if exc.result is not None else {"error": str(exc)}
-            return self.worker.record(key, State.FAILED, failure).state
+            return self.worker.record(key, State.FAILED, failure, source=REDISPATCH).state
         except (ProviderError, OSError) as exc:
             return self.worker.unknown(key, f"re-dispatch: {type(exc).__name__}: {exc}"[:500]).state
         if self.metrics:
             self.metrics.confirmed.inc()
-        return self.worker.record(key, State.SUCCEEDED, result).state
+        return self.worker.record(key, State.SUCCEEDED, result, source=REDISPATCH).state
 
     def _route_to_worker(self, current: EffectEvent, reason: str) -> State:
         """Claim the key with the reason in the event's error, once: a worker holding the

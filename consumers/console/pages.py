@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from effectlog.model import recorded_by
 from effectlog.text import printable
 
 #: States in the order the console shows them: the ones that need a person first.
@@ -83,7 +84,7 @@ def detail(event: dict[str, Any]) -> str:
         return f"{approval['decision']} by {approval['by']}: {approval['reason']}"
     if event.get("transition") == "RECORD" and outcome:
         result = json.dumps(outcome.get("result"), sort_keys=True, ensure_ascii=False)
-        return f"{outcome['status']} ({outcome.get('source')}): {result[:200]}"
+        return f"{outcome['status']} ({recorded_by(outcome.get('source'))}): {result[:200]}"
     if event.get("error"):
         return str(event["error"])
     return ""
@@ -161,7 +162,7 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("consumers.console", "templates"),
                       autoescape=select_autoescape(["html"]), finalize=_finalize,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(age=age, utc=utc, key_path=key_path, detail=detail)
+    env.filters.update(age=age, utc=utc, key_path=key_path, detail=detail, recorded_by=recorded_by)
     env.globals.update(STATE_NOTES=STATE_NOTES, list_url=list_url, DECIDABLE=DECIDABLE,
                        payload_text=payload_text, run_of=run_of)
     return env

@@ -62,6 +62,34 @@ def test_dispatched_not_found_with_complete_lookup_is_retried_once(h: Harness) -
     assert h.provider.executions(key) == 1
 
 
+def test_each_outcome_says_who_learned_it() -> None:
+    """The reconciler's re-dispatch, its lookup and the worker's own call are told apart
+    on the RECORD event, and named so wherever an outcome is shown."""
+    from effectlog.model import recorded_by
+
+    assert [recorded_by(s) for s in ("worker", "lookup", "redispatch", None, "other")] == [
+        "worker", "reconciler: lookup", "reconciler: re-dispatch", "worker", "other"]
+
+
+def test_a_redispatch_and_a_lookup_are_recorded_as_such(tmp_path: Path) -> None:
+    h = Harness(tmp_path, f"sqlite:///{tmp_path}/log.db")
+    sent = stuck(h.worker, "src-sent", State.RESERVED)
+    failed = stuck(h.worker, "src-failed", State.RESERVED, payload={"_fake_fail": "bounced"})
+    looked = stuck(h.worker, "src-looked", State.DISPATCHED)
+    h.crash_after_provider_call(looked)
+    own = stuck(h.worker, "src-own", State.DISPATCHED)
+    h.worker.record(own, State.SUCCEEDED, {"id": "by-the-worker"})
+    h.recover_and_reconcile()
+    sources = {}
+    for key in (sent, failed, looked, own):
+        final = h.worker.get(key)
+        assert final is not None and final.outcome is not None, key
+        sources[key] = (final.state, final.outcome.source)
+    assert sources == {sent: (State.SUCCEEDED, "redispatch"),
+                       failed: (State.FAILED, "redispatch"),
+                       looked: (State.SUCCEEDED, "lookup"), own: (State.SUCCEEDED, "worker")}
+
+
 def test_dispatched_not_found_with_incomplete_lookup_becomes_unknown(tmp_path: Path) -> None:
     h = Harness(tmp_path, f"sqlite:///{tmp_path}/log.db", lookup_complete=False)
     key = stuck(h.worker, "row3b", State.DISPATCHED)
