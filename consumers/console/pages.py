@@ -120,14 +120,16 @@ def next_step(e: dict[str, Any], *, reconciles: bool, deadline_s: float, poll_s:
     if e["state"] == "RESERVED" and approval.get("decision") == "RETRY":
         if not reconciles:
             return ("Next: nothing here sends it (this serve runs no reconciler: it was started "
-                    "without --provider). `effectlog reconcile --once --provider SPEC` sends it "
-                    "with the same key, or the job's own worker when the job is delivered again.")
+                    "with --no-recovery). `effectlog reconcile --once --provider SPEC --server "
+                    "URL` sends it with the same key, or the job's own worker when the job is "
+                    "delivered again.")
         due_ms = int(e["occurred_at"]) + int(deadline_s * 1000)
         when = utc(due_ms) if due_ms > now_ms else "now"
         wait = f" (in {age(now_ms, due_ms)})" if due_ms > now_ms else ""
-        return (f"Next: recovery takes it up at {when}{wait}, {deadline_s:g}s after the decision "
-                f"(its deadline for {e['kind']}), and this cluster's reconciler sends it again "
-                f"with the same key at epoch {e['fencing_epoch']}, within {poll_s:g}s of that.")
+        return (f"Next: the reconciler of its partition sends it again with the same key at "
+                f"epoch {e['fencing_epoch']} within seconds (the decision asked it to); if that "
+                f"request was lost, recovery takes it up at {when}{wait}, {deadline_s:g}s after "
+                f"the decision (its deadline for {e['kind']}), within {poll_s:g}s of that.")
     if e["state"] == "DISPATCHED" and approval.get("decision") == "RETRY":
         return "Sent again with the same key after the retry decision: waiting for the outcome."
     return None

@@ -17,12 +17,12 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
-from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
+from consumers.bookkeeping import OffsetStore, consumer_db_path
 from consumers.expiry import Expirer, ExpirySettings
 from consumers.node.assignments import Assignments
 from consumers.node.forwarding import Membership, SoloMembership
@@ -32,6 +32,7 @@ from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.judging import NodeJudge, PartitionJudge
 from consumers.node.publisher import Publisher
+from consumers.node.recovering import NodeRecovery
 from consumers.node.server import HttpServer
 from consumers.node.watch import watch_log
 from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
@@ -81,6 +82,7 @@ class NodeSettings:
     membership_every_s: float = 2.0
     standbys: int = 0
     expiry: ExpirySettings | None = None  # None: settled effects are kept forever
+    recovers: bool = True  # False: no recovery and no reconciler here (projects and answers)
     health_wait_s: float = DEFAULT_HEALTH_WAIT_S  # /healthz answers without the log after it
 
 
@@ -100,11 +102,12 @@ class Node:
         self.crashed = threading.Event()
         self._stop = threading.Event()
         self._stop_projector = threading.Event()
-        self._pass_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._closables: list[_Closable] = []
         self._lock_file: IO[str] | None = None
         self.server: HttpServer | None = None
+        self.recovering = NodeRecovery.off(self.gate)  # until started
+        self.recovery: RecoveryConsumer | None = None
         self.reconciler: Reconciler | None = None
         self._group_source: RecordSource | None = None
         self.last_log_figures: LogFigures | None = None
@@ -140,25 +143,17 @@ class Node:
         self._open(self.source)
         if self.server is not None:
             self.server.start(lambda: build_app(self, self.extra_routes))
-        ledger = self._open(CommandLedger(consumer_db_path(s.state_dir, "recovery")))
-        self.recovery = RecoveryConsumer(self.logs["work"], self.reader, ledger, s.recovery,
-                                         metrics=self.metrics)
-        if self.provider is not None:
-            work = self.logs["work"]
-            judge = None if work.conditional else NodeJudge(self.judge, worker_fingerprint())
-            self.reconciler = Reconciler(work, self.provider, self._command_offsets(),
-                                         s.reconciler, judge=judge, metrics=self.metrics,
-                                         partitions=self.gate.serving)
+        self.recovering = self._recovering()
+        self.recovery, self.reconciler = self.recovering.recovery, self.recovering.reconciler
         self._spawn("projector", self._stop_projector, self._project)
         if self.publisher is not None:
             self._spawn("publisher", self._stop, self.publisher.run)
         if s.loops:
-            self._spawn("recovery", self._stop, self.recovery.run)
+            for name, body in self.recovering.loops():
+                self._spawn(name, self._stop, body)
             if s.expiry is not None:
                 expirer = Expirer(self.logs["work"], self.reader, s.expiry, self.gate.positions)
                 self._spawn("expiry", self._stop, expirer.run)
-            if self.reconciler is not None:
-                self._spawn("reconciler", self._stop, self.reconciler.run)
         self._spawn("metrics", self._stop, self._observe)
         self._spawn("membership", self._stop, self._refresh_membership)
         self._spawn("log-watch", self._stop, self._watch_log(api_log.identity()))
@@ -234,10 +229,12 @@ class Node:
 
     def health_details(self) -> dict[str, object]:
         """What ``/healthz`` reports besides the log's figures (no I/O on the log)."""
+        s = self.settings
         details: dict[str, object] = {"url": self.url, "partitions": self.gate.held(),
                                       "projection": bool(self.gate.held()),
                                       "projected_offsets": self.gate.positions(),
-                                      "standbys": self.standbys()}
+                                      "standbys": self.standbys(), "recovers": s.recovers,
+                                      "reconciles": self.reconciler is not None}
         if self.failed:
             details["failed_loops"] = list(self.failed)
         return details
@@ -252,9 +249,14 @@ class Node:
 
     def run_pass(self) -> list[Handled]:
         """One recovery pass, then one reconciler pass (when ``loops`` is off)."""
-        with self._pass_lock:
-            self.recovery.run_once()
-            return self.reconciler.run_once() if self.reconciler is not None else []
+        return self.recovering.run_pass()
+
+    def recover_local(self, deadlines: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One recovery pass now over the partitions served here, with ``deadlines`` in
+        place of this node's (``POST /v1/recover``)."""
+        settings = None if deadlines is None else \
+            self.settings.recovery.with_deadlines(deadlines)
+        return self.recovering.recover_now(settings, self.url)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -282,6 +284,17 @@ class Node:
             source = WithStandbys(self._group_source, standby_log, self.projector)
         source.start(self._assignments())
         return source, GroupMembership(kafka, group)
+
+    def _recovering(self) -> NodeRecovery:
+        """Recovery (and with a provider the reconciler) over the partitions served here."""
+        s, work = self.settings, self.logs["work"]
+        if not s.recovers:
+            return NodeRecovery.off(self.gate)
+        judge = None if work.conditional else NodeJudge(self.judge, worker_fingerprint())
+        return NodeRecovery.build(
+            log=work, reader=self.reader, gate=self.gate, state_dir=s.state_dir,
+            settings=s.recovery, reconciler=s.reconciler, provider=self.provider, judge=judge,
+            offsets=self._command_offsets, metrics=self.metrics, keep=self._open)
 
     def _assignments(self) -> Assignments:
         return Assignments(self.projector, self.gate, self.publisher, self.logs["projector"])
