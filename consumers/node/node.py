@@ -14,7 +14,6 @@ reconciler (each its own loop, unless ``loops`` is off and the owner calls
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,27 +21,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
-from consumers.bookkeeping import OffsetStore, consumer_db_path
 from consumers.expiry import Expirer, ExpirySettings
 from consumers.node.assignments import Assignments
-from consumers.node.forwarding import Membership, SoloMembership
 from consumers.node.gate import PartitionGate
+from consumers.node.grouping import Grouping, GroupOptions
 from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
 from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.judging import NodeJudge, PartitionJudge
 from consumers.node.publisher import Publisher
+from consumers.node.readiness import readiness
 from consumers.node.recovering import NodeRecovery
 from consumers.node.server import HttpServer
 from consumers.node.watch import watch_log
-from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
+from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from effectlog.codec import event_codec
 from effectlog.errors import EffectlogError
 from effectlog.judge.premises import known_fingerprints, worker_fingerprint
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
-from effectlog.log.source import RecordSource
 from effectlog.metrics import Metrics
 from effectlog.provider import Provider
 from effectlog.redact import redact_url
@@ -52,7 +50,7 @@ from projections.rocksdb.store import RocksProjectionStore, StoreReader
 from projections.store import Cursor
 
 if TYPE_CHECKING:
-    from effectlog.log.kafka.settings import KafkaSettings
+    pass
 
 logger = logging.getLogger(__name__)
 C = TypeVar("C", bound="_Closable")
@@ -109,7 +107,6 @@ class Node:
         self.recovering = NodeRecovery.off(self.gate)  # until started
         self.recovery: RecoveryConsumer | None = None
         self.reconciler: Reconciler | None = None
-        self._group_source: RecordSource | None = None
         self.last_log_figures: LogFigures | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -139,8 +136,11 @@ class Node:
         self.judge = PartitionJudge(self.gate, self.reader, self.url, api_log.identity(),
                                     known_fingerprints(event_codec().writer_fingerprints),
                                     self.fresh_ends)
-        self.source, self.membership = self._assignment()
-        self._open(self.source)
+        self.grouping = Grouping.join(
+            self.logs["projector"], self._assignments(), self.url, self.partition_count,
+            GroupOptions(s.group, s.session_timeout_ms, s.standbys), self.projector,
+            lambda: self._open(open_log(self.log_url)))
+        self.source, self.membership = self._open(self.grouping.source), self.grouping.membership
         if self.server is not None:
             self.server.start(lambda: build_app(self, self.extra_routes))
         self.recovering = self._recovering()
@@ -155,7 +155,8 @@ class Node:
                 expirer = Expirer(self.logs["work"], self.reader, s.expiry, self.gate.positions)
                 self._spawn("expiry", self._stop, expirer.run)
         self._spawn("metrics", self._stop, self._observe)
-        self._spawn("membership", self._stop, self._refresh_membership)
+        self._spawn("membership", self._stop, lambda stop: self.grouping.follow(
+            stop, s.membership_every_s, self.url, s.standbys))
         self._spawn("log-watch", self._stop, self._watch_log(api_log.identity()))
         logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
         return self
@@ -239,6 +240,12 @@ class Node:
             details["failed_loops"] = list(self.failed)
         return details
 
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """``/readyz``: whether this node serves its share, and why not (no I/O)."""
+        return readiness(joined=self.grouping.joined(), group=self.grouping.group,
+                         held=self.gate.held(), restore_left=self.gate.restore_left,
+                         failed=self.failed)
+
     def read_log_figures(self, log: str = "api") -> LogFigures:
         """The log's end offsets and the projector lag now (blocking); kept as the last
         known figures, which ``/healthz`` reports while the log does not answer."""
@@ -260,31 +267,6 @@ class Node:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _assignment(self) -> tuple[RecordSource, Membership]:
-        """The consumer group where the log has one (Kafka), else every partition here."""
-        kafka = _kafka_settings(self.logs["projector"])
-        source: RecordSource
-        if kafka is None:
-            from effectlog.log.source import LogSource
-
-            source = LogSource(self.logs["projector"])
-            source.start(self._assignments())
-            return source, SoloMembership(self.url, self.partition_count)
-        from effectlog.log.kafka.group import GroupMembership, GroupSettings, GroupSource
-
-        s = self.settings
-        group = GroupSettings(s.group or f"{kafka.prefix}.serve", self.url,
-                              session_timeout_ms=s.session_timeout_ms,
-                              heartbeat_interval_ms=max(100, s.session_timeout_ms // 6))
-        self._group_source = source = GroupSource(kafka, group)
-        if s.standbys > 0:
-            from consumers.node.standby import WithStandbys
-
-            standby_log = self._open(open_log(self.log_url))
-            source = WithStandbys(self._group_source, standby_log, self.projector)
-        source.start(self._assignments())
-        return source, GroupMembership(kafka, group)
-
     def _recovering(self) -> NodeRecovery:
         """Recovery (and with a provider the reconciler) over the partitions served here."""
         s, work = self.settings, self.logs["work"]
@@ -294,48 +276,15 @@ class Node:
         return NodeRecovery.build(
             log=work, reader=self.reader, gate=self.gate, state_dir=s.state_dir,
             settings=s.recovery, reconciler=s.reconciler, provider=self.provider, judge=judge,
-            offsets=self._command_offsets, metrics=self.metrics, keep=self._open)
+            offsets=lambda: self.grouping.command_offsets(s.state_dir, self._open),
+            metrics=self.metrics, keep=self._open)
 
     def _assignments(self) -> Assignments:
         return Assignments(self.projector, self.gate, self.publisher, self.logs["projector"])
 
-    def _command_offsets(self) -> CommandOffsets:
-        """On a consumer group the commands offsets are the group's, so they move with the
-        partition; alone, a local file."""
-        if self._group_source is None:
-            return self._open(OffsetStore(consumer_db_path(self.settings.state_dir,
-                                                           "reconciler")))
-        from effectlog.log.kafka.group import GroupCommandOffsets, GroupSource
-
-        assert isinstance(self._group_source, GroupSource)
-        return GroupCommandOffsets(self._group_source)
-
-    def _refresh_membership(self, stop: threading.Event) -> None:
-        """Re-read who owns what every few seconds, and at once after our own rebalance."""
-        rebalanced = getattr(self._group_source, "rebalanced", None)
-        while not stop.is_set():
-            self.membership.refresh()
-            self._plan_standbys()
-            if isinstance(rebalanced, threading.Event):
-                if rebalanced.wait(self.settings.membership_every_s):
-                    rebalanced.clear()
-                    stop.wait(0.2)  # let the rest of the group finish the same rebalance
-            else:
-                stop.wait(self.settings.membership_every_s)
-
-    def _plan_standbys(self) -> None:
-        from consumers.node.standby import WithStandbys, standby_partitions
-
-        if isinstance(self.source, WithStandbys):
-            self.source.want(standby_partitions(self.membership.owners(),
-                                                self.membership.members(), self.url,
-                                                self.settings.standbys))
-
     def standbys(self) -> dict[int, int]:
         """The partitions this node keeps warm for other members, with their next offset."""
-        held: list[int] = getattr(self.source, "held", [])
-        writers = self.store.writers()
-        return {p: writers[p].next_offset for p in held if p in writers}
+        return self.grouping.standbys(self.store.writers())
 
     def _watch_log(self, bound: str | None) -> Callable[[threading.Event], None]:
         def body(stop: threading.Event) -> None:
@@ -398,16 +347,6 @@ class Node:
         from projections.rocksdb.layout import hold
 
         self._lock_file = hold(self.settings.state_dir, "effectlog serve")
-
-
-def _kafka_settings(log: EventLog) -> KafkaSettings | None:
-    """The settings of a Kafka log (whose backend has consumer groups), else None; other
-    logs are told apart without importing the Kafka client."""
-    kafka = sys.modules.get("effectlog.log.kafka.log")
-    if kafka is None or not isinstance(log, kafka.KafkaLog):
-        return None
-    settings: KafkaSettings = log.settings
-    return settings
 
 
 def _join(threads: list[threading.Thread], within_s: float) -> list[str]:

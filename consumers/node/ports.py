@@ -64,6 +64,10 @@ class ServedNode(Protocol):
         """What ``/healthz`` reports besides the log's figures."""
         ...
 
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Whether it serves its share of the partitions, and why not (no I/O)."""
+        ...
+
     def read_log_figures(self, log: str = "api") -> LogFigures:
         """The log's end offsets and the projector lag now (blocking)."""
         ...

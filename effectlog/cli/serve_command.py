@@ -141,7 +141,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         node.close()
         raise
     click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
-               f"/healthz; web console at / "
+               f"/healthz, /readyz; web console at / "
                f"{'with decisions' if users or console_token else 'read-only'}); "
                f"{_recovery_line(provider_spec)}", err=True)
     while not stop.wait(0.2) and not node.crashed.is_set():

@@ -383,6 +383,7 @@ def test_serve_0_stops_on_sigterm(fresh: World) -> None:
                    str(free_port()), "--no-recovery"], fresh.tmp, "metrics on")
     expect(done, OK)
     assert "no recovery here (--no-recovery)" in done.stderr
+    assert " INFO " in done.stderr and "partition 0 serving" in done.stderr  # serve logs INFO
 
 
 def test_serve_0_recovers_with_the_provider_named_in_the_environment(
