@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -66,11 +67,14 @@ def ask_judge(url: str, keys: list[str], timeout_ms: int = 3000) -> tuple[int, A
 
 
 def _recovery(provider: Path | None, extra: tuple[str, ...]) -> tuple[str, ...]:
-    """``--provider`` for ``provider``; none when ``extra`` names one; else ``--no-recovery``
-    (a member that only projects, judges and answers)."""
+    """``--provider`` for ``provider``; none when ``extra`` or the environment
+    (EFFECTLOG_PROVIDER) names one; else ``--no-recovery`` (a member that only projects,
+    judges and answers)."""
     if provider:
         return ("--provider", f"fake:///{provider}")
-    return () if "--provider" in extra or "--no-recovery" in extra else ("--no-recovery",)
+    named = "--provider" in extra or "--no-recovery" in extra or os.environ.get(
+        "EFFECTLOG_PROVIDER")
+    return () if named else ("--no-recovery",)
 
 
 class Serve:
@@ -95,6 +99,10 @@ class Serve:
     def health(self) -> dict[str, Any] | None:
         status, body = answer(self.url + "/healthz")
         return body if status in (200, 503) and isinstance(body, dict) else None
+
+    def ready(self) -> tuple[int, dict[str, Any] | None]:
+        """(status, body) of ``/readyz``; status 0 while nothing answers."""
+        return answer(self.url + "/readyz")
 
     def serving(self) -> list[int]:
         health = self.health()

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 #: Snapshot fields that hold epoch milliseconds (shown as ISO-8601 UTC in tables).
-TIME_FIELDS = frozenset({"created_at", "occurred_at", "at"})
+TIME_FIELDS = frozenset({"created_at", "occurred_at", "logged_at", "at"})
 
 
 def iso_utc(ms: int) -> str:

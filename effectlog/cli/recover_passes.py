@@ -2,9 +2,10 @@
 
 Both answer the same report: the commands issued, how many stuck entries were left
 (outstanding, backing off), and ``uncovered``, partition -> why the pass did not cover it.
-A local projection covers the partitions stored under ``--state`` (one serve instance's
-directory holds only those it owned); the cluster's members each cover the partitions they
-serve (``POST /v1/recover``), and the one asked names the rest.
+A local projection covers the partitions stored under ``--state`` that had applied the whole
+log when the pass began (one serve instance's directory holds only those it owned, some of
+them copies left behind when they moved to another member); the cluster's members each cover
+the partitions they serve (``POST /v1/recover``), and the one asked names the rest.
 """
 
 from __future__ import annotations
@@ -28,22 +29,25 @@ if TYPE_CHECKING:
 Report = dict[str, Any]
 
 
-def uncovered_text(uncovered: dict[str, str]) -> str:
-    """One line: the partitions a pass did not cover, and why."""
+def uncovered_text(uncovered: dict[str, str], hint: str = "") -> str:
+    """One line: the partitions a pass did not cover, and why (then ``hint``)."""
     parts = ", ".join(f"{p} ({why})" for p, why in sorted(uncovered.items(),
                                                            key=lambda item: int(item[0])))
-    return f"recovery did not cover partition(s) {parts}"
+    return f"recovery did not cover partition(s) {parts}{hint}"
 
 
 class LocalPasses:
     """Passes over the projection under ``--state`` with the ledger kept beside it."""
 
+    hint = ": `effectlog project --once` first, or --server URL to ask the serve instances"
+
     def __init__(self, log: EventLog, reader: RocksProjectionReader, ledger: CommandLedger,
-                 consumer: RecoveryConsumer) -> None:
+                 consumer: RecoveryConsumer, ends: dict[int, int]) -> None:
         self.log = log
         self.reader = reader
         self.ledger = ledger
         self.consumer = consumer
+        self.ends = ends  # the log's end offsets read before the projection was opened
 
     @classmethod
     def open(cls, obj: CliContext, settings: RecoverySettings) -> LocalPasses:
@@ -52,13 +56,14 @@ class LocalPasses:
         instances (Kafka) a hint to ask them (exit 2)."""
         from consumers.bookkeeping import CommandLedger, consumer_db_path
         from consumers.recovery import RecoveryConsumer
-        from effectlog.log.base import COMMANDS
+        from effectlog.log.base import COMMANDS, EVENTS
         from projections import open_reader
 
         log = obj.open_log()
         try:
             log.verify()
             log.end_offsets(COMMANDS)
+            ends = log.end_offsets(EVENTS)  # before the projection: what it must have seen
             reader = open_reader(obj.state_dir)
         except BaseException:
             log.close()
@@ -74,19 +79,28 @@ class LocalPasses:
             fail(f"no projection under {where}: run `effectlog project` (or `effectlog serve`) "
                  "first", EXIT_UNAVAILABLE)
         ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
-        return cls(log, reader, ledger, RecoveryConsumer(log, reader, ledger, settings))
+        return cls(log, reader, ledger, RecoveryConsumer(log, reader, ledger, settings), ends)
 
     def once(self) -> Report:
-        from effectlog.log.base import EVENTS
-
         result = self.consumer.run_once()
-        missing = sorted(set(range(self.log.partitions(EVENTS))) - set(self.reader.partitions))
-        where = self.reader.state_dir
         return {"issued": [c.summary() for c in result.issued],
                 "outstanding": result.outstanding, "backing_off": result.backing_off,
-                "truncated": result.truncated,
-                "uncovered": {str(p): f"not in the projection under {where}: --server URL asks "
-                                      "the serve instances" for p in missing}}
+                "truncated": result.truncated, "uncovered": self.uncovered()}
+
+    def uncovered(self) -> dict[str, str]:
+        """The partitions the projection does not hold, or holds behind the log (a copy
+        another serve instance has owned since, or a projector that has not caught up)."""
+        where, held = self.reader.state_dir, set(self.reader.partitions)
+        positions = self.reader.next_offsets()
+        why: dict[str, str] = {}
+        for partition, end in sorted(self.ends.items()):
+            behind = end - positions.get(partition, 0)
+            if partition not in held:
+                why[str(partition)] = f"not in the projection under {where}"
+            elif behind > 0:
+                why[str(partition)] = f"{behind} records behind the log in the projection " \
+                                      f"under {where}"
+        return why
 
     def run(self, stop: threading.Event, poll_s: float) -> None:
         self.consumer.run(stop)
@@ -99,6 +113,8 @@ class LocalPasses:
 
 class ClusterPasses:
     """Passes asked of the serve instances at ``servers`` (``POST /v1/recover``)."""
+
+    hint = ""
 
     def __init__(self, servers: str, settings: RecoverySettings, timeout_s: float) -> None:
         from effectlog.client import StateClient
@@ -122,8 +138,8 @@ class ClusterPasses:
                 for row in report["issued"]:
                     click.echo(f"reconcile {row['idempotency_key']}  ({row['reason']})")
                 if report["uncovered"]:
-                    click.echo(f"effectlog recover: {uncovered_text(report['uncovered'])}",
-                               err=True)
+                    click.echo(f"effectlog recover: "
+                               f"{uncovered_text(report['uncovered'], self.hint)}", err=True)
             stop.wait(poll_s)
 
     def close(self) -> None:

@@ -121,13 +121,14 @@ def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple
     if report["uncovered"]:
         from effectlog.cli.recover_passes import uncovered_text
 
-        fail(uncovered_text(report["uncovered"]), EXIT_UNAVAILABLE)
+        fail(uncovered_text(report["uncovered"], passes.hint), EXIT_UNAVAILABLE)
 
 
 @click.command()
-@click.option("--provider", "provider_spec", required=True, metavar="SPEC",
+@click.option("--provider", "provider_spec", envvar="EFFECTLOG_PROVIDER", required=True,
+              metavar="SPEC",
               help="module:factory, fake:///path/provider.db, http://host:port or "
-                   "mcp:///path/effects.toml")
+                   "mcp:///path/effects.toml (env EFFECTLOG_PROVIDER, as serve)")
 @click.option("--once", is_flag=True, help="Handle the commands there are now, then exit.")
 @click.option("--worker-id", default=None, help="Writer identity (default reconciler:HOST:PID).")
 @click.option("--auto-retry", multiple=True, metavar="KIND",

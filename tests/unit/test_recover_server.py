@@ -129,3 +129,34 @@ def test_uncovered_partitions_are_named_with_why() -> None:
         "6": "no member serves it now (the group is rebalancing)"}
     assert merged["members"] == {"http://a": [0, 1], "http://b": [], "http://c": []}
     assert len(merged["issued"]) == 2 and merged["outstanding"] == 3
+
+
+def test_a_local_projection_behind_the_log_is_named_not_trusted(tmp_path: Path,
+                                                                 keys: list[str]) -> None:
+    from projections.projector import project
+
+    url = f"sqlite:///{tmp_path}/log.db"
+    with open_log(url) as log:
+        project(log, tmp_path / "state")
+        stuck(Worker(log, "crashed"), "rs-3", State.RESERVED)  # after the projection ran
+
+    def local(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log", url,
+                               "--state", str(tmp_path / "state"), "recover", "--once", *args],
+                              capture_output=True, text=True, timeout=60,
+                              env={k: v for k, v in os.environ.items()
+                                   if k != "EFFECTLOG_SERVER"})
+
+    behind = local("--stuck-after", "0s", "--json")
+    assert behind.returncode == 4, behind.stderr
+    assert len(json.loads(behind.stdout)["issued"]) == 2  # what it saw, it issued
+    assert behind.stderr.strip() == (
+        f"error: recovery did not cover partition(s) 0 (2 records behind the log in the "
+        f"projection under {tmp_path / 'state'}): `effectlog project --once` first, or "
+        "--server URL to ask the serve instances")
+    with open_log(url) as log:
+        project(log, tmp_path / "state")
+    caught_up = local("--stuck-after", "0s", "--json")
+    assert caught_up.returncode == 0, caught_up.stderr
+    assert [c["idempotency_key"] for c in json.loads(caught_up.stdout)["issued"]] == [
+        "agent:rs-3:email.send:mailto:a@example.com"]
