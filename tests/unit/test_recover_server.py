@@ -160,3 +160,22 @@ def test_a_local_projection_behind_the_log_is_named_not_trusted(tmp_path: Path,
     assert caught_up.returncode == 0, caught_up.stderr
     assert [c["idempotency_key"] for c in json.loads(caught_up.stdout)["issued"]] == [
         "agent:rs-3:email.send:mailto:a@example.com"]
+
+
+def test_without_once_the_passes_go_on_until_sigterm(recovering: Node, keys: list[str],
+                                                     tmp_path: Path) -> None:
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "effectlog.cli.main", "--log", f"sqlite:///{tmp_path}/log.db",
+         "--state", str(tmp_path / "none"), "recover", "--server", recovering.url,
+         "--stuck-after", "0s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in keys]  # the first pass's commands
+        assert sorted(line.split()[1] for line in lines) == sorted(keys), lines
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "a pass every 5s until SIGTERM" in err
