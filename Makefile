@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/effectlog --log sqlite:///.effectlog/demo/log.db --state .effectlog/demo/state demo
 
-# Apache Kafka 4.x from Maven Central jars (no Docker): KAFKA_PORT=9092 make kafka-up
+# Apache Kafka 4.x from Maven Central jars (no Docker): KAFKA_PORT=9092 make kafka-up;
+# BROKERS=3 starts a KRaft cluster of three nodes instead (the bootstrap list in the same file).
+BROKERS ?= 1
 kafka-up: $(STAMP)
-	$(PY) -m tools.kafka up
+	$(PY) -m tools.kafka up --brokers $(BROKERS)
 
 kafka-down: $(STAMP)
 	$(PY) -m tools.kafka down
