@@ -131,6 +131,9 @@ class RocksPartitionWriter(PartitionWriter):
         try:
             self.db.flush()
         finally:
+            # Column family handles keep the database open: while a reference to this
+            # writer outlives it (an exception's traceback), the lock would stay held.
+            self._h.clear()
             self.handle.close()
 
     def bind_log(self, log: EventLog) -> None:
