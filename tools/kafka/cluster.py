@@ -125,6 +125,15 @@ class KafkaCluster:
             raise BrokerError(f"topic {topic} is not in the metadata of {self.bootstrap}")
         return {p: int(m.leader) for p, m in found.partitions.items()}
 
+    def coordinator(self, group: str, timeout: float = 5.0) -> int:
+        """Id of the node coordinating consumer group ``group`` (its members' heartbeats)."""
+        from confluent_kafka.admin import AdminClient
+
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": log}
+        admin = AdminClient(config)
+        described = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+        return int(described.result(timeout).coordinator.id)
+
     def fully_replicated(self, topics: list[str], timeout: float = 5.0) -> bool:
         """True when every partition of ``topics`` has a leader and all its replicas in sync."""
         from confluent_kafka import KafkaException

@@ -141,6 +141,11 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap,
             "client.id": "effectlog",
             "socket.connection.setup.timeout.ms": timeout_ms,
+            # A request unanswered within timeout_s fails and drops its connection
+            # (socket.max.fails=1), so the next one goes where the metadata now says. A paused
+            # broker keeps its connections open: with the default 60 s a client stayed on a
+            # zombie leader for a minute. 100 ms under transaction.timeout.ms, as librdkafka asks.
+            "socket.timeout.ms": timeout_ms - 100,
             "log.connection.close": False,
             "logger": _CLIENT_LOG,
         }
