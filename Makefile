@@ -65,13 +65,14 @@ console-screenshots: $(STAMP)
 	EFFECTLOG_CONSOLE_SCREENSHOTS=docs $(PY) -m pytest -q tests/browser
 
 # The soak (bench/soak.py): OPS operations by WORKERS worker processes, workers and `serve`
-# SIGKILLed (LOG=kafka: two serve instances and its own broker too), recovery until quiet;
+# SIGKILLed (LOG=kafka: two serve instances and its own broker too; BROKERS=3: its own
+# three-node cluster, a partition leader SIGKILLed every 20-40 s), recovery until quiet;
 # the last line gives kills, duplicates and lost events.
 OPS     ?= 10000
 WORKERS ?= 4
 LOG     ?= sqlite
 soak: $(STAMP)
-	$(PY) bench/soak.py --ops $(OPS) --workers $(WORKERS) --log $(LOG)
+	$(PY) bench/soak.py --ops $(OPS) --workers $(WORKERS) --log $(LOG) --brokers $(BROKERS)
 
 clean:
 	rm -rf .effectlog build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache

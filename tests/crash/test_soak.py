@@ -1,5 +1,5 @@
 """Short soaks (`make soak` runs the long ones): workers and `serve` SIGKILLed (and on Kafka
-the broker), recovery until quiet, no duplicate effect, no lost acknowledged event, and a
+the broker, or on a three-node cluster its partition leaders), recovery until quiet, no duplicate effect, no lost acknowledged event, and a
 projection equal to a clean rebuild."""
 
 from __future__ import annotations
@@ -74,3 +74,21 @@ def test_a_short_soak_on_kafka_with_broker_restarts_loses_nothing(tmp_path: Path
     assert set(instances) == {"serve0", "serve1"}, stderr[-2000:]
     assert all(0 < serving <= starts for starts, serving in instances.values()), instances
     assert "state-1 caught up from its stored offsets: equals the clean rebuild" in stderr
+
+
+@pytest.mark.kafka
+def test_a_short_soak_on_a_three_node_cluster_with_leader_kills_loses_nothing(
+        tmp_path: Path) -> None:
+    try:
+        java(), classpath()
+    except BrokerError as exc:
+        _fail_or_skip(f"no Apache Kafka for the soak: {exc}")
+    operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--brokers", "3",
+                              "--ops", "120", "--workers", "3", "--seed", "5",
+                              "--serve-uptime", "4-8", "--broker-every", "5-8")
+    assert operations == "120"
+    assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
+    assert kills(stderr, "leader") > 0
+    assert re.search(r"failover \d+\.\d+s median", stderr), stderr[-2000:]
+    instances = served(stderr)
+    assert all(0 < serving <= starts for starts, serving in instances.values()), instances
