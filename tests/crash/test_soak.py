@@ -1,6 +1,6 @@
 """Short soaks (`make soak` runs the long ones): workers and `serve` SIGKILLed (and on Kafka
-the broker, or on a three-node cluster its partition leaders), recovery until quiet, no duplicate effect, no lost acknowledged event, and a
-projection equal to a clean rebuild."""
+the broker, or on a three-node cluster its partition leaders), recovery until quiet, no
+duplicate effect, no lost acknowledged event, and a projection equal to a clean rebuild."""
 
 from __future__ import annotations
 
