@@ -137,7 +137,9 @@ def test_two_of_three_nodes_down_is_unavailable_within_a_bound_then_back(
             late = [r.body for r in feeder.replies if r.finished_at > away + PERFORM_BOUND_S
                     and r.body["status"] == "succeeded"]
             assert not late, f"performs succeeded with two of three nodes down: {late}"
-            assert_unavailable(append_one(url, "cli-op"), APPEND_BOUND_S, "append")
+            appended = append_one(url, "cli-op")
+            assert_unavailable(appended, APPEND_BOUND_S, "append")
+            print(f"effectlog append: exit 4 in {appended.elapsed_s:.1f}s: {appended.stderr!r}")
             assert serve.process.poll() is None, serve.err_path.read_text()[-2000:]
             restarting = time.monotonic()
         print(f"nodes {leader} and {other} down {restarting - away:.1f}s: "
