@@ -195,6 +195,8 @@ class Settled:
     deliveries: int
     acknowledged: int
     drained_s: float
+    settled_s: float  # until recovery had settled every effect
+    lag_s: float  # until serve's lag was 0 after that
 
 
 def check_after_fault(feeder: Feeder, serve: Serve, url: str, provider: Path) -> Settled:
@@ -210,24 +212,29 @@ def check_after_fault(feeder: Feeder, serve: Serve, url: str, provider: Path) ->
     assert acknowledged - logged_event_ids(url) == set(), "acknowledged events lost"
     assert duplicated_event_ids(url) == [], "an event written twice"
     keys = [feeder.key(op) for op in feeder.ops]
-    wait_until(lambda: all(_state(serve, k) == "SUCCEEDED" for k in keys), 90,
-               "recovery settled every effect")
+    settled = wait_until(lambda: all(_state(serve, k) == "SUCCEEDED" for k in keys), 90,
+                         "recovery settled every effect")
     fake = FakeProvider(provider, dedupe=False)
     try:
         calls = {k: fake.calls(k) for k in keys}
     finally:
         fake.close()
     assert set(calls.values()) == {1}, {k: n for k, n in calls.items() if n != 1}
-    wait_until(lambda: lag_is_zero(serve, PARTITIONS), 60, "lag back to 0")
-    return Settled(len(feeder.ops), len(feeder.replies), len(acknowledged), drained)
+    lag = wait_until(lambda: lag_is_zero(serve, PARTITIONS), 60, "lag back to 0")
+    return Settled(len(feeder.ops), len(feeder.replies), len(acknowledged), drained, settled,
+                   lag)
 
 
 def stop_and_compare(feeder: Feeder | None, serve: Serve, url: str, tmp: Path) -> None:
     """Stop the workers and serve (cleanly, without a traceback), then compare serve's
     projection with a clean rebuild of the log."""
+    started = time.monotonic()
     worker_errors = feeder.stop() if feeder is not None else ""
     serve_errors = serve.stop()
+    print(f"workers and serve stopped in {time.monotonic() - started:.1f}s")
     assert "Traceback" not in worker_errors, worker_errors[-3000:]
     assert "Traceback" not in serve_errors, serve_errors[-3000:]
     assert serve.process.returncode == 0, serve_errors[-2000:]
+    started = time.monotonic()
     equals_clean_rebuild(url, serve.state_dir, tmp / "clean")
+    print(f"compared with a clean rebuild in {time.monotonic() - started:.1f}s")
