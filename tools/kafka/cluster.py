@@ -61,8 +61,8 @@ class KafkaCluster:
     def __init__(self, data_dir: str | os.PathLike[str], size: int = 3,
                  ports: list[tuple[int, int]] | None = None, heap: str = NODE_HEAP,
                  overrides: dict[str, str] | None = None) -> None:
-        if size < 1:
-            raise BrokerError(f"a cluster needs at least one node, not {size}")
+        if size < 3:  # the internal topics have three replicas; two voters lose quorum to one
+            raise BrokerError(f"a cluster has 3 or more nodes, not {size}")
         self.data_dir = Path(data_dir)
         ports = ports or [(free_port(), free_port()) for _ in range(size)]
         if len(ports) != size:
