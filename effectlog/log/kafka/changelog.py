@@ -24,13 +24,29 @@ from effectlog.errors import BackendUnavailable, Fenced, LogMissing
 from effectlog.log.base import STATE
 from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
 from effectlog.log.kafka.producer import error_text, producer_config
-from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
 
 log = logging.getLogger(__name__)
 
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
            KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 _WINDOW = 16  # records read before the end to find the last checkpoint (grown when needed)
+#: Records a restore asks the consumer for at a time.
+READ_BATCH = 5000
+
+
+def read_config(settings: KafkaSettings) -> ClientConfig:
+    """librdkafka settings of the changelog's reader: assign-only, committed records only."""
+    return {
+        **settings.client_config(),
+        "group.id": f"effectlog-changelog-{uuid.uuid4().hex}",  # never joined
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",  # what a fenced or crashed owner left open
+        "fetch.wait.max.ms": 10,
+        "allow.auto.create.topics": False,
+    }
 
 
 def transactional_id(settings: KafkaSettings, partition: int) -> str:
@@ -138,14 +154,7 @@ class KafkaChangelog(Changelog):
 
     def _consumer(self) -> Consumer:
         return Consumer({
-            **self.settings.client_config(),
-            "group.id": f"effectlog-changelog-{uuid.uuid4().hex}",  # never joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",  # what a fenced or crashed owner left open
-            "fetch.wait.max.ms": 10,
-            "allow.auto.create.topics": False,
+            **read_config(self.settings),
             "error_cb": lambda err: log.debug("changelog reader error: %s", err.str()),
         })
 
@@ -174,7 +183,7 @@ class KafkaChangelog(Changelog):
         deadline = time.monotonic() + quiet_s
         try:
             while True:
-                batch = consumer.consume(5000, 0.5)
+                batch = consumer.consume(READ_BATCH, 0.5)
                 if batch:
                     deadline = time.monotonic() + quiet_s  # bounded by silence, not by size
                 for msg in batch:
