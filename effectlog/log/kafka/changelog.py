@@ -31,8 +31,11 @@ log = logging.getLogger(__name__)
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
            KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 _WINDOW = 16  # records read before the end to find the last checkpoint (grown when needed)
-#: Records a restore asks the consumer for at a time.
+#: Records a restore asks the consumer for at a time, and how long one ask waits to fill it: a
+#: batch call returns only full or after its wait, even once the partition's end was delivered,
+#: so a long wait would idle at the end of every read (the restore's and each last checkpoint's).
 READ_BATCH = 5000
+READ_WAIT_S = 0.02
 
 
 def read_config(settings: KafkaSettings) -> ClientConfig:
@@ -183,7 +186,7 @@ class KafkaChangelog(Changelog):
         deadline = time.monotonic() + quiet_s
         try:
             while True:
-                batch = consumer.consume(READ_BATCH, 0.5)
+                batch = consumer.consume(READ_BATCH, READ_WAIT_S)
                 if batch:
                     deadline = time.monotonic() + quiet_s  # bounded by silence, not by size
                 for msg in batch:
