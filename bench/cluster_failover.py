@@ -30,14 +30,42 @@ from pathlib import Path
 
 import urllib3
 from _common import ROOT, kafka_bootstrap
-from cluster_restore import fill
+from confluent_kafka import Producer
 
+from effectlog.codec import event_codec
 from effectlog.judge.premises import worker_fingerprint
+from effectlog.log.base import EVENTS
 from effectlog.log.kafka import KafkaSettings, create_topics, murmur2_partition
+from effectlog.machine import advance, new_effect
+from effectlog.model import Transition as T
 from tools.kafka.broker import free_port
 
 SESSION_S = 6
 HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=2, read=15))
+
+
+def fill(settings: KafkaSettings, count: int) -> None:
+    """``count`` RESERVED snapshots of distinct keys over every partition (as a compacted
+    topic holds them), produced in large batches with the clients' murmur2 placement."""
+    codec = event_codec()
+    producer = Producer({**settings.client_config(), "linger.ms": 20, "acks": "all",
+                         "partitioner": "murmur2_random", "enable.idempotence": True,
+                         "batch.size": 1 << 20})
+    topic = settings.topic(EVENTS)
+    template = advance(new_effect("op", "email.send", "mailto:u@example.com", {"n": 0}, "w1"),
+                       T.RESERVE, "w1").to_record()
+    for i in range(count):
+        record = dict(template, idempotency_key=f"agent:op{i}:email.send:mailto:u{i}@example.com",
+                      operation_id=f"op{i}", target=f"mailto:u{i}@example.com",
+                      event_id=f"e{i}")
+        while True:
+            try:
+                producer.produce(topic, codec.encode(record), record["idempotency_key"].encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
 
 
 def health(url: str) -> dict[str, object]:
