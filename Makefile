@@ -64,7 +64,7 @@ demo-kafka: kafka-up
 	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
 test: $(STAMP) lint typecheck
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -52,6 +52,11 @@ def read_config(settings: KafkaSettings) -> ClientConfig:
     }
 
 
+def _retriable(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort()
+
+
 def transactional_id(settings: KafkaSettings, partition: int) -> str:
     """The transactional id of partition ``partition``'s publisher: one per partition, so
     its next owner fences this one."""
@@ -74,6 +79,7 @@ class KafkaChangelogWriter(ChangelogWriter):
             "transaction.timeout.ms": max(10_000, 2 * timeout_ms),
             "error_cb": lambda err: log.debug("changelog producer error: %s", err.str()),
         })
+        self._committing = False  # a commit was asked for and has not finished
         try:
             self._producer.init_transactions(settings.timeout_s)
         except KafkaException as exc:
@@ -82,17 +88,29 @@ class KafkaChangelogWriter(ChangelogWriter):
     def publish(self, changes: Sequence[Change], checkpoint: bytes) -> None:
         producer = self._producer
         try:
+            self._finish_open_commit()
             producer.begin_transaction()
             for key, value in changes:
                 self._produce(key, value)
             self._produce(CHECKPOINT_KEY, checkpoint)
+            self._committing = True
             producer.commit_transaction(self.settings.timeout_s)
+            self._committing = False
         except KafkaException as exc:
             error = self._failed(exc, "publish")
-            if not isinstance(error, Fenced):
+            if not isinstance(error, Fenced) and not (self._committing and _retriable(exc)):
+                self._committing = False
                 with contextlib.suppress(KafkaException):
                     producer.abort_transaction(self.settings.timeout_s)
             raise error from None
+
+    def _finish_open_commit(self) -> None:
+        """A commit that timed out is retried, not aborted (librdkafka refuses an abort, and
+        every later transaction, while it is in progress): its records are published again
+        by this publication anyway, so either outcome is fine."""
+        if self._committing:
+            self._producer.commit_transaction(self.settings.timeout_s)
+            self._committing = False
 
     def _produce(self, key: bytes, value: bytes | None) -> None:
         while True:
