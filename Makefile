@@ -47,9 +47,11 @@ demo: $(STAMP)
 	$(VENV)/bin/effectlog --log sqlite:///.effectlog/demo/log.db --state .effectlog/demo/state demo
 	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
-# Apache Kafka 4.x from Maven Central jars (no Docker): KAFKA_PORT=9092 make kafka-up
+# Apache Kafka 4.x from Maven Central jars (no Docker): KAFKA_PORT=9092 make kafka-up;
+# BROKERS=3 starts a KRaft cluster of three nodes instead (the bootstrap list in the same file).
+BROKERS ?= 1
 kafka-up: $(STAMP)
-	$(PY) -m tools.kafka up
+	$(PY) -m tools.kafka up --brokers $(BROKERS)
 
 kafka-down: $(STAMP)
 	$(PY) -m tools.kafka down
@@ -62,7 +64,7 @@ demo-kafka: kafka-up
 	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
 test: $(STAMP) lint typecheck
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -95,13 +97,14 @@ console-screenshots: $(STAMP)
 	EFFECTLOG_CONSOLE_SCREENSHOTS=docs $(PY) -m pytest -q tests/browser
 
 # The soak (bench/soak.py): OPS operations by WORKERS worker processes, workers and `serve`
-# SIGKILLed (LOG=kafka: two serve instances and its own broker too), recovery until quiet;
+# SIGKILLed (LOG=kafka: two serve instances and its own broker too; BROKERS=3: its own
+# three-node cluster, a partition leader SIGKILLed every 20-40 s), recovery until quiet;
 # the last line gives kills, duplicates and lost events.
 OPS     ?= 10000
 WORKERS ?= 4
 LOG     ?= sqlite
 soak: $(STAMP)
-	$(PY) bench/soak.py --ops $(OPS) --workers $(WORKERS) --log $(LOG)
+	$(PY) bench/soak.py --ops $(OPS) --workers $(WORKERS) --log $(LOG) --brokers $(BROKERS)
 
 clean:
 	rm -rf .effectlog build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache

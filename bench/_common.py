@@ -93,14 +93,14 @@ def kafka_bootstrap() -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def run_topics(url: str) -> Iterator[None]:
-    """Create the topics of ``url`` (a prefix of this run's own) and delete them afterwards,
-    so a shared broker does not pile up benchmark topics: its log cleaner scans every
-    compacted partition it holds, and a broker holding a thousand of them spends a good share
-    of a core on that alone, which the next run would measure."""
+    """Create the topics of ``url`` (a prefix of this run's own, the changelog ``<prefix>.state``
+    included) and delete them afterwards, so a shared broker does not pile up benchmark topics:
+    its log cleaner scans every compacted partition it holds, and a broker holding a thousand of
+    them spends a good share of a core on that alone, which the next run would measure."""
     from confluent_kafka.admin import AdminClient
 
-    from effectlog.log.base import TOPICS
     from effectlog.log.kafka import KafkaSettings, create_topics
+    from effectlog.log.kafka.settings import KAFKA_TOPICS
 
     settings = KafkaSettings.from_url(url)
     create_topics(settings)
@@ -108,7 +108,7 @@ def run_topics(url: str) -> Iterator[None]:
         yield
     finally:
         admin = AdminClient(settings.client_config())
-        for future in admin.delete_topics([settings.topic(t) for t in TOPICS]).values():
+        for future in admin.delete_topics([settings.topic(t) for t in KAFKA_TOPICS]).values():
             try:
                 future.result(30)
             except Exception as exc:  # reported, not fatal: the figures are already taken

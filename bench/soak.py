@@ -6,7 +6,8 @@ themselves at transition boundaries, and the demo's settler. Beside the workers 
 ``effectlog serve`` processes (projector, recovery and reconciler), each SIGKILLed at seeded
 random moments and restarted: one on SQLite; on Kafka (``bench/soak_kafka.py``) several
 sharing the partitions, which the workers read state through, while the soak's own Apache
-Kafka broker is SIGKILLed and restarted too. When every job is acknowledged, the faults stop
+Kafka broker is SIGKILLed and restarted too (with ``--brokers 3``, a KRaft cluster of three
+whose partition leaders are SIGKILLed in turn). When every job is acknowledged, the faults stop
 and recovery runs until quiet (nothing RESERVED, DISPATCHED or UNKNOWN is left).
 
 Checked at the end, from sources independent of effectlog's own bookkeeping:
@@ -19,7 +20,8 @@ Checked at the end, from sources independent of effectlog's own bookkeeping:
 - the final projection, killed and resumed many times, digests equal to a clean rebuild
   (on Kafka so does every other instance's copy, caught up from its stored offsets).
 
-Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite|kafka] [--seed N] [--dir DIR]
+Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite|kafka] [--brokers 1|3]
+[--seed N] [--dir DIR]
 (without --dir it works in a fresh temporary directory, removed when every check passed)
 
 The last line reads ``soak: OPS operations, KILLS kills, DUP duplicate effects, LOST lost
@@ -197,9 +199,10 @@ def arrange(args: argparse.Namespace, work: Path, spec: str, env: dict[str, str]
         return SqliteArrangement(work, spec, args.seed, env, serve_uptime_s=serve_uptime)
     from soak_kafka import KafkaArrangement
 
+    every = args.broker_every or ("40-80" if args.brokers == 1 else "20-40")
     return KafkaArrangement(work, spec, args.seed, env, serves=args.serves,
-                            serve_uptime_s=serve_uptime,
-                            broker_every_s=_span(args.broker_every))
+                            serve_uptime_s=serve_uptime, broker_every_s=_span(every),
+                            brokers=args.brokers)
 
 
 def _span(text: str) -> tuple[float, float]:
@@ -220,10 +223,16 @@ def main() -> int:
                              "(default 1.5-4 on SQLite, 8-20 on Kafka)")
     parser.add_argument("--serves", type=int, default=2,
                         help="serve instances on Kafka (each with its own state directory)")
-    parser.add_argument("--broker-every", default="40-80", metavar="A-B",
-                        help="seconds between SIGKILLs of the Kafka broker")
+    parser.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS") or 1),
+                        help="Kafka nodes: 1, or a KRaft cluster of 3 or more whose partition "
+                             "leaders are SIGKILLed")
+    parser.add_argument("--broker-every", default=None, metavar="A-B",
+                        help="seconds between SIGKILLs of the Kafka broker (default 40-80), or "
+                             "of a partition leader on a cluster (default 20-40)")
     parser.add_argument("--dir", default=None, help="work directory (default: a fresh temp dir)")
     args = parser.parse_args()
+    if args.brokers < 1 or args.brokers == 2:
+        parser.error(f"--brokers is 1 or a cluster of 3 or more, not {args.brokers}")
     own_dir = args.dir is None
     work = Path(args.dir or tempfile.mkdtemp(prefix="effectlog-soak-")).absolute()
     work.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,9 @@
 :class:`ServeUnderFire` keeps one ``effectlog serve`` process alive and SIGKILLs it after a
 seeded random uptime, and counts how many of its starts got to serve;
 :class:`BrokerUnderFire` SIGKILLs the Apache Kafka broker every seeded random interval and
-starts it again on the same ports and data. Each runs in its own thread
-until :meth:`stop`.
+starts it again on the same ports and data; :class:`LeaderUnderFire` does the same on a
+cluster to the node leading a random events partition, and waits until every replica is back
+in sync before the next. Each runs in its own thread until :meth:`stop`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from collections import Counter
 from pathlib import Path
 
 import urllib3
+from confluent_kafka import KafkaException
 
 from tools.kafka.broker import BrokerError, KafkaBroker
+from tools.kafka.cluster import KafkaCluster
 
 EFFECTLOG = Path(sys.executable).with_name("effectlog")
 
@@ -151,3 +154,69 @@ class BrokerUnderFire:
         """No more kills; waits for a restart under way to finish."""
         self._stop.set()
         self._thread.join(120)
+
+
+class LeaderUnderFire:
+    """SIGKILLs the node leading a seeded random partition of ``topic`` every seeded random
+    ``every_s`` seconds, until :meth:`stop`; each time waits until another node leads that
+    partition (``failover_s``), starts the node again on its ports and data, and waits until
+    every replica of ``topics`` is in sync before the next interval begins."""
+
+    def __init__(self, cluster: KafkaCluster, topic: str, topics: list[str],
+                 rng: random.Random, every_s: tuple[float, float]) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.topics = topics
+        self.rng = rng
+        self.every_s = every_s
+        self.kills = 0
+        self.down_s = 0.0  # total seconds from a SIGKILL until the node answered again
+        self.failover_s: list[float] = []  # per kill: until the partition had another leader
+        self.error: BrokerError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-killer", daemon=True)
+
+    def start(self) -> LeaderUnderFire:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.rng.uniform(*self.every_s)):
+            try:
+                self._kill_one()
+            except KafkaException:  # no metadata this round: try again next interval
+                continue
+            except BrokerError as exc:  # reported by the soak; the checks will fail
+                self.error = exc
+                return
+
+    def _kill_one(self) -> None:
+        leaders = self.cluster.leaders(self.topic)
+        partition = self.rng.choice(sorted(leaders))
+        node = leaders[partition]
+        if node < 0:
+            return  # no leader right now: nothing to kill this round
+        killed = time.monotonic()
+        self.cluster.node(node).kill()
+        self.kills += 1
+        deadline = killed + 120
+        while time.monotonic() < deadline:
+            try:
+                moved = self.cluster.leaders(self.topic, timeout=2.0).get(partition, -1)
+            except (BrokerError, KafkaException):  # metadata from a node going down
+                moved = -1
+            if moved > 0 and moved != node:
+                self.failover_s.append(time.monotonic() - killed)
+                break
+            time.sleep(0.2)
+        try:
+            self.cluster.node(node).start()
+        finally:
+            self.down_s += time.monotonic() - killed
+        while time.monotonic() < killed + 300 and not self.cluster.fully_replicated(self.topics):
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """No more kills; waits for a restart under way to finish."""
+        self._stop.set()
+        self._thread.join(300)

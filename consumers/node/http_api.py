@@ -40,6 +40,7 @@ from consumers.node.judge_route import JudgeRoute
 from consumers.node.judging import Unanswered
 from consumers.node.recover_route import PATH as RECOVER_PATH
 from consumers.node.recover_route import RecoverRoute
+from consumers.node.stale_reads import STALE, STANDBY
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.judge.premises import worker_fingerprint
 from effectlog.judge.query import Answer, Query
@@ -66,6 +67,7 @@ NODE_KEY: web.AppKey[ServedNode] = web.AppKey("effectlog_node")
 DEFAULT_TIMEOUT_MS = 5000
 MAX_TIMEOUT_MS = 60_000
 RETRY_AFTER_S = "1"
+STANDBY_ASK_S = 1.0  # how long a member is given to answer from its standby copy
 
 
 def build_app(node: ServedNode, extra: RouteHook | None = None) -> web.Application:
@@ -141,10 +143,13 @@ class _Api:
             fresh = _flag(query, "fresh")
         except InvalidInput as exc:
             return _error(400, str(exc))
+        if _flag(query, STANDBY) and FORWARDED in request.headers:
+            return await self._standby_here(key)
         found = await node.judge.answer(Query(key, after=min_offset, fresh=fresh),
                                         self.fingerprint, timeout_ms / 1000)
         if isinstance(found, Unanswered):
-            return await self._unanswered(request, found, timeout_ms)
+            plain = min_offset is None and not fresh  # a read a standby copy may answer
+            return await self._unanswered(request, found, timeout_ms, plain)
         headers = _answer_headers(found)
         if min_offset is not None:
             refused = await asyncio.to_thread(node.judge.rejection_at, found.partition,
@@ -156,19 +161,20 @@ class _Api:
         return _json(200, found.snapshot, headers)
 
     async def _unanswered(self, request: web.Request, found: Unanswered,
-                          timeout_ms: int) -> web.Response:
+                          timeout_ms: int, plain: bool) -> web.Response:
         partition = found.partition
         if not found.here:
-            return await self._forward(request, partition, timeout_ms / 1000 + 5)
+            return await self._forward(request, partition, timeout_ms / 1000 + 5, plain)
         headers = {"Effectlog-Partition": str(partition), "Effectlog-Served-By": self.node.url}
         if found.late:
             return _error(504, f"{found.reason} within {timeout_ms} ms", headers)
         return _unavailable(found.reason, headers)
 
-    async def _forward(self, request: web.Request, partition: int,
-                       timeout_s: float) -> web.Response:
-        """Relay to the partition's owner; refresh the membership once when it is unknown,
-        this node, or does not answer."""
+    async def _forward(self, request: web.Request, partition: int, timeout_s: float,
+                       plain: bool) -> web.Response:
+        """Relay to the partition's owner; when it is unknown or does not answer, a
+        ``plain`` read is answered by a standby copy at once (marked stale), anything else
+        after the membership is read again, or 503 while the group moves the partition."""
         node = self.node
         if FORWARDED in request.headers:  # the asker's view of the group is stale
             return _unavailable(f"partition {partition} is not served by {node.url}",
@@ -180,12 +186,42 @@ class _Api:
                 if reply is not None and NOT_OWNER not in reply.headers:
                     return web.Response(status=reply.status, body=reply.body,
                                         headers=reply.headers)
+            if attempt == 0 and plain:
+                stale = await self._from_standbys(request, partition, owner)
+                if stale is not None:
+                    return stale
             if attempt == 0:
                 await asyncio.to_thread(node.membership.refresh)
                 if node.judge.holds(partition):  # assigned here meanwhile
                     return await self.effect(request)
         return _unavailable(f"partition {partition} has no reachable owner (the group is "
                             "rebalancing)", {"Effectlog-Partition": str(partition)})
+
+    async def _standby_here(self, key: str) -> web.Response:
+        """A forwarded read for this node's standby copy of the key's partition."""
+        read = await asyncio.to_thread(self.node.standby_copies.read, key)
+        if read is None:
+            return _unavailable(f"no standby copy of {key}'s partition on {self.node.url}",
+                                {NOT_OWNER: "1"})
+        if read.snapshot is None:
+            return _error(404, f"no effect with key {key}", read.headers())
+        return _json(200, read.snapshot, read.headers())
+
+    async def _from_standbys(self, request: web.Request, partition: int,
+                             owner: str | None) -> web.Response | None:
+        """The read answered by a standby copy of ``partition``: this node's, else the first
+        other member's that has one (the owner excepted); None when none answers."""
+        node = self.node
+        if node.standby_copies.holds(partition):
+            return await self._standby_here(request.match_info["key"])
+        path = request.rel_url.update_query({STANDBY: "1"}).raw_path_qs
+        for member in node.membership.members():
+            if member in (node.url, owner):
+                continue
+            reply = await self.forwarder.ask(member, path, STANDBY_ASK_S)
+            if reply is not None and STALE in reply.headers:
+                return web.Response(status=reply.status, body=reply.body, headers=reply.headers)
+        return None
 
     # -- the whole group -----------------------------------------------------------------
 

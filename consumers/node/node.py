@@ -33,6 +33,7 @@ from consumers.node.publisher import Publisher
 from consumers.node.readiness import readiness
 from consumers.node.recovering import NodeRecovery
 from consumers.node.server import HttpServer
+from consumers.node.stale_reads import StandbyCopies
 from consumers.node.watch import watch_log
 from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
@@ -76,7 +77,7 @@ class NodeSettings:
     projector: ProjectorSettings = field(default_factory=ProjectorSettings)
     loops: bool = True
     observe_every_s: float = 5.0
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = 6_000  # the broker's default floor (group.min.session.timeout.ms)
     membership_every_s: float = 2.0
     standbys: int = 0
     expiry: ExpirySettings | None = None  # None: settled effects are kept forever
@@ -133,6 +134,10 @@ class Node:
         if s.http_port is not None:
             self.server = HttpServer(s.http_host, s.http_port)
         self.url = s.advertise or (self.server.url if self.server else "local:")
+        self.standby_copies = StandbyCopies(
+            self.url, self.standbys,
+            self.store.reader(self.partition_for, self.standbys).read_consistent,
+            self.end_offsets)
         self.judge = PartitionJudge(self.gate, self.reader, self.url, api_log.identity(),
                                     known_fingerprints(event_codec().writer_fingerprints),
                                     self.fresh_ends)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from consumers.node.forwarding import Membership
     from consumers.node.health import LogFigures
     from consumers.node.judging import PartitionJudge
+    from consumers.node.stale_reads import StandbyCopies
     from effectlog.metrics import Metrics
     from projections.paging import Filters, Page
     from projections.store import Cursor
@@ -28,6 +29,8 @@ class ServedNode(Protocol):
     """Reads of keys and verdicts on writes, for the partitions it serves."""
     membership: Membership
     """Who serves which partition, for forwarding."""
+    standby_copies: StandbyCopies
+    """Its standby copies of other members' partitions, for reads while they have no owner."""
     metrics: Metrics
     last_log_figures: LogFigures | None
 

@@ -280,14 +280,23 @@ def topics() -> None:
                    "recovery, approvals). min.compaction.lag.ms must cover it.")
 @click.option("--allow-short-lag", is_flag=True,
               help="Create the topics even if the compaction lag is shorter (with a warning).")
+@click.option("--strict", is_flag=True,
+              help="Refuse (exit 3) existing topics with less replication than the cluster "
+                   "calls for, instead of warning.")
 @click.option("--json", "as_json", is_flag=True, help="Report as JSON.")
 @click.pass_obj
-def topics_create(obj: CliContext, window: str, allow_short_lag: bool, as_json: bool) -> None:
+def topics_create(obj: CliContext, window: str, allow_short_lag: bool, strict: bool,
+                  as_json: bool) -> None:
     """Create both topics idempotently; refuse existing ones whose config contradicts.
 
     The events topic keeps every transition of a key for at least min.compaction.lag.ms (URL
     parameter min_compaction_lag_ms); a lag shorter than --window could compact away the
     history of an effect still being reconciled, so it is refused (exit 3).
+
+    On a cluster of 3 or more brokers the topics get replication 3, min.insync.replicas=2 and
+    no unclean leader election (URL parameters replication, min_insync_replicas); on fewer,
+    one replica. The first line says which and why; an existing topic that has less gets a
+    warning (exit 3 with --strict).
     """
     if not obj.log_url.startswith("kafka"):
         fail(f"topics are a Kafka concept; {obj.log_url.split(':', 1)[0]}:// logs need none",
@@ -308,12 +317,16 @@ def topics_create(obj: CliContext, window: str, allow_short_lag: bool, as_json: 
         if not allow_short_lag:
             raise Conflict(problem + " or pass --allow-short-lag")
         click.echo(f"warning: {problem}", err=True)
-    report = create_topics(settings)
+    report = create_topics(settings, strict=strict)
     if as_json:
-        emit_json({"topics": report})
-    else:
-        for line in report:
-            click.echo(line)
+        emit_json({"topics": list(report), "replication": report.durability.why,
+                   "warnings": report.warnings})
+        return
+    click.echo(report.durability.why)
+    for line in report:
+        click.echo(line)
+    for warning in report.warnings:
+        click.echo(f"warning: {warning} (--strict refuses it)", err=True)
 
 
 @topics.command("delete")

@@ -87,7 +87,8 @@ def _client(obj: CliContext, server: str) -> StateClient:
     """The server client, waiting (and retrying a 503) at most ``--timeout`` seconds."""
     from effectlog.client import StateClient
 
-    return StateClient(server, timeout_s=obj.timeout_s, retry_for_s=obj.timeout_s)
+    return StateClient(server, timeout_s=obj.timeout_s, retry_for_s=obj.timeout_s,
+                       on_wait=lambda why: click.echo(why, err=True))
 
 
 def _no_projection(obj: CliContext) -> str:
@@ -119,7 +120,12 @@ def get(obj: CliContext, key: str, as_json: bool, catch_up: bool, server: str | 
     validate_key(key)
     if server:
         with _client(obj, server) as client:
-            snapshot = client.get(key).snapshot
+            state = client.get(key)
+        snapshot = state.snapshot
+        if state.stale_lag is not None:
+            click.echo(f"stale: partition {state.partition} has no reachable owner (the group "
+                       f"is moving it); answered by the standby copy on {state.served_by}, "
+                       f"{state.stale_lag} records behind the log", err=True)
     else:
         reader = _fresh_reader(obj, ("state",), catch_up)
         try:

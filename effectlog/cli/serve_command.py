@@ -56,7 +56,7 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.option("--standbys", type=click.IntRange(min=0), default=0, show_default=True,
               help="Keep warm copies of partitions owned by N other members (Kafka), so a "
                    "failover restores only the last moments.")
-@click.option("--session-timeout", default="10s", show_default=True, metavar="DUR",
+@click.option("--session-timeout", default="6s", show_default=True, metavar="DUR",
               help="How long a silent member keeps its partitions (Kafka group session).")
 @click.option("--provider", "provider_spec", envvar="EFFECTLOG_PROVIDER", default=None,
               metavar="SPEC",

@@ -7,6 +7,7 @@ every committed batch at once (no secondary catch-up), from any thread.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping
@@ -15,7 +16,7 @@ from pathlib import Path
 from effectlog.errors import BackendUnavailable
 from effectlog.private_fs import make_private_dirs
 from projections.rocksdb import layout
-from projections.rocksdb.db import PartitionDB
+from projections.rocksdb.db import PartitionDB, ProjectionLocked
 from projections.rocksdb.reader import Partitioner, PartitionReads, default_partitioner
 from projections.rocksdb.writer import RocksPartitionWriter
 from projections.store import ProjectionStore
@@ -41,7 +42,15 @@ class RocksProjectionStore(ProjectionStore):
             layout.record_partition_count(self.generation, partitions)
             self._partitions = partitions
             path = make_private_dirs(layout.partition_dir(self.generation, partition))
-            writer = RocksPartitionWriter(path, partition, self.cache_size)
+            try:
+                writer = RocksPartitionWriter(path, partition, self.cache_size)
+            except ProjectionLocked as exc:
+                if "current process" not in str(exc):
+                    raise
+                # a released writer of ours still referenced from a reference cycle (an
+                # exception's frames): collecting it closes the database
+                gc.collect()
+                writer = RocksPartitionWriter(path, partition, self.cache_size)
             self._writers[partition] = writer
             return writer
 

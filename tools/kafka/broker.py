@@ -137,17 +137,19 @@ class KafkaBroker:
     """One Apache Kafka process on 127.0.0.1 with its data under ``data_dir``.
 
     The ports are fixed at construction, so :meth:`restart` brings the same broker back on
-    the same address with the same data.
+    the same address with the same data. A node of a cluster (:mod:`tools.kafka.cluster`) gets
+    its ``node.id`` and quorum in ``overrides`` and the ``cluster_id`` all its nodes share.
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None,
                  controller_port: int | None = None, heap: str = HEAP,
-                 overrides: dict[str, str] | None = None) -> None:
+                 overrides: dict[str, str] | None = None, cluster_id: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.controller_port = controller_port or free_port()
         self.heap = heap
         self.overrides = dict(overrides or {})
+        self.cluster_id = cluster_id or uuid.uuid4().hex[:22]
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -176,8 +178,7 @@ class KafkaBroker:
     def _format(self, properties: Path) -> None:
         if (self.data_dir / "logs" / "meta.properties").exists():
             return
-        cluster_id = uuid.uuid4().hex[:22]
-        result = run_java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+        result = run_java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                           "-c", str(properties), "--ignore-formatted")
         if result.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed: {(result.stdout + result.stderr)[-1500:]}")
@@ -187,8 +188,15 @@ class KafkaBroker:
 
         ``detach`` starts it in its own session (it outlives this process: ``make kafka-up``).
         """
+        self.launch(detach=detach)
+        self.wait_ready(within_s)
+        return self.bootstrap
+
+    def launch(self, *, detach: bool = False) -> None:
+        """Format the storage once and start the process, without waiting for it to answer
+        (the nodes of a cluster answer only once a majority of them runs)."""
         if self.process is not None and self.process.poll() is None:
-            return self.bootstrap
+            return
         properties = self._write_config()
         self._format(properties)
         command = [java(), f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
@@ -199,8 +207,6 @@ class KafkaBroker:
         with open(self.log_path, "ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=detach)
-        self.wait_ready(within_s)
-        return self.bootstrap
 
     def wait_ready(self, within_s: float = 90.0) -> None:
         deadline = time.monotonic() + within_s

@@ -7,7 +7,10 @@ reconciliation window; its records are stamped with the broker's clock
 writer's. ``<prefix>.commands`` is a plain time-retained topic. ``<prefix>.state`` is the changelog of
 accepted state (:mod:`effectlog.log.changelog`), compacted and never deleting: projections
 restore from it. Configs are always set explicitly (tansu reports no config at all for topics
-created without them).
+created without them). Every topic gets the replication :mod:`effectlog.log.kafka.durability`
+picks for the cluster's size (3 replicas, ``min.insync.replicas=2``, no unclean election on 3 or
+more brokers), and existing topics are checked for it: what falls short is a warning, or a
+conflict with ``strict``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
 from effectlog.log.base import COMMANDS, EVENTS, STATE
+from effectlog.log.kafka.durability import Durability, plan
 from effectlog.log.kafka.settings import KAFKA_TOPICS, KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -75,7 +79,7 @@ def serving_problem(settings: KafkaSettings) -> str | None:
     events, state = settings.topic(EVENTS), settings.topic(STATE)
     admin = AdminClient(_admin_config(settings))
     try:
-        if state not in _replicas(admin, settings):
+        if state not in _replicas(admin, settings)[0]:
             return (f"kafka topic {state} (the changelog of accepted state) does not exist: "
                     "create it with `effectlog topics create`")
         configs = _describe(admin, settings, [events, state])
@@ -115,37 +119,54 @@ def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
     raise InvalidInput(f"unknown topic {logical!r}")
 
 
-def create_topics(settings: KafkaSettings) -> list[str]:
+class TopicsReport(list[str]):
+    """One line per topic saying what was done; ``durability`` says which replication the
+    topics get and why, ``warnings`` what existing topics lack of it."""
+
+    def __init__(self, lines: list[str], durability: Durability, warnings: list[str]) -> None:
+        super().__init__(lines)
+        self.durability = durability
+        self.warnings = warnings
+
+
+def create_topics(settings: KafkaSettings, *, strict: bool = False) -> TopicsReport:
     """Create the events and commands topics unless they exist, and check those that do.
 
-    Returns one line per topic saying what was done. Raises :class:`Conflict` when an
-    existing topic contradicts ``settings`` and :class:`BackendUnavailable` when the
-    broker cannot be reached.
+    Raises :class:`Conflict` when an existing topic contradicts ``settings`` (or, with
+    ``strict``, lacks the replication the cluster calls for) and :class:`BackendUnavailable`
+    when the broker cannot be reached.
     """
     admin = AdminClient(_admin_config(settings))
     try:
         names = {settings.topic(t): t for t in KAFKA_TOPICS}
-        existing = _replicas(admin, settings)
+        existing, brokers = _replicas(admin, settings)
+        durability = plan(settings, brokers)
         missing = [name for name in names if name not in existing]
-        created, raced = _create(admin, settings, names, missing)
+        created, raced = _create(admin, settings, durability, names, missing)
         if created:
             _wait_visible(admin, settings, created)
         present = [name for name in names if name not in created]
         if raced:
-            existing = _replicas(admin, settings)
+            existing, _ = _replicas(admin, settings)
         configs = _describe(admin, settings, present)
-        report = []
+        report, warnings = [], []
         for name, logical in names.items():
             if name in created:
-                shown = ", ".join(f"{k}={v}" for k, v in topic_configs(settings, logical).items())
+                shown = ", ".join(f"{k}={v}" for k, v in
+                                  _configs(settings, durability, logical).items())
                 report.append(f"created {name} ({settings.partitions} partitions, "
-                              f"replication {settings.replication}, {shown})")
+                              f"replication {durability.replication}, {shown})")
             else:
-                _check(settings, name, logical, existing[name], configs[name])
-                report.append(f"exists {name} ({len(existing[name])} partitions, config ok)")
-        for line in report:
+                lacks = _check(settings, durability, name, logical, existing[name],
+                               configs[name])
+                warnings += [f"kafka topic {name} {w}" for w in lacks]
+                state = f"{len(lacks)} warning{'s' * (len(lacks) != 1)}" if lacks else "config ok"
+                report.append(f"exists {name} ({len(existing[name])} partitions, {state})")
+        if strict and warnings:
+            raise Conflict("; ".join(warnings) + " (refused with --strict)")
+        for line in [durability.why, *report]:
             log.info("%s", line)
-        return report
+        return TopicsReport(report, durability, warnings)
     finally:
         admin.poll(0)  # serve queued client log lines
 
@@ -160,6 +181,11 @@ def answers(settings: KafkaSettings, timeout_s: float) -> bool:
         return False
 
 
+def _configs(settings: KafkaSettings, durability: Durability, logical: str) -> dict[str, str]:
+    """What a topic is created with: its own configs and the replication's."""
+    return {**topic_configs(settings, logical), **durability.configs()}
+
+
 def _admin_config(settings: KafkaSettings) -> dict[str, Any]:
     return settings.client_config()
 
@@ -170,24 +196,24 @@ def _unavailable(settings: KafkaSettings, exc: BaseException) -> BackendUnavaila
     return BackendUnavailable(f"kafka broker {settings.bootstrap} unreachable: {detail}")
 
 
-def _replicas(admin: AdminClient, settings: KafkaSettings) -> dict[str, list[int]]:
-    """Replica count per partition of each existing topic."""
+def _replicas(admin: AdminClient, settings: KafkaSettings) -> tuple[dict[str, list[int]], int]:
+    """Replica count per partition of each existing topic, and how many brokers there are."""
     try:
         meta = admin.list_topics(timeout=settings.timeout_s)
     except KafkaException as exc:
         raise _unavailable(settings, exc) from None
-    return {name: [len(p.replicas) for p in topic.partitions.values()]
-            for name, topic in meta.topics.items() if topic.error is None}
+    return ({name: [len(p.replicas) for p in topic.partitions.values()]
+             for name, topic in meta.topics.items() if topic.error is None}, len(meta.brokers))
 
 
-def _create(admin: AdminClient, settings: KafkaSettings, names: dict[str, str],
-            missing: list[str]) -> tuple[list[str], list[str]]:
+def _create(admin: AdminClient, settings: KafkaSettings, durability: Durability,
+            names: dict[str, str], missing: list[str]) -> tuple[list[str], list[str]]:
     """Create ``missing``; returns (created, created meanwhile by someone else)."""
     if not missing:
         return [], []
     new = [NewTopic(name, num_partitions=settings.partitions,
-                    replication_factor=settings.replication,
-                    config=topic_configs(settings, names[name])) for name in missing]
+                    replication_factor=durability.replication,
+                    config=_configs(settings, durability, names[name])) for name in missing]
     futures = admin.create_topics(new, operation_timeout=settings.timeout_s,
                                   request_timeout=settings.timeout_s)
     created, raced = [], []
@@ -245,14 +271,15 @@ def _describe(admin: AdminClient, settings: KafkaSettings,
     return out
 
 
-def _check(settings: KafkaSettings, name: str, logical: str, replicas: list[int],
-           config: dict[str, str]) -> None:
-    """Raise :class:`Conflict` naming every way an existing topic contradicts the settings."""
+def _check(settings: KafkaSettings, durability: Durability, name: str, logical: str,
+           replicas: list[int], config: dict[str, str]) -> list[str]:
+    """Raise :class:`Conflict` naming every way an existing topic contradicts the settings;
+    returns what it lacks of the replication the cluster calls for (warnings)."""
     problems = []
     if len(replicas) != settings.partitions:
         problems.append(f"has {len(replicas)} partitions, settings say {settings.partitions}")
-    if replicas and min(replicas) < settings.replication:
-        problems.append(f"has {min(replicas)} replicas, settings say {settings.replication}")
+    review = durability.review(replicas, config)
+    problems += review.conflicts
     # Kafka reports every config; tansu reports none for topics created without explicit
     # configs, so an absent key means the broker default (delete, 0, 7 days).
     policy = set(config.get("cleanup.policy", "delete").replace(" ", "").split(","))
@@ -285,3 +312,4 @@ def _check(settings: KafkaSettings, name: str, logical: str, replicas: list[int]
                             f"{settings.commands_retention_ms}")
     if problems:
         raise Conflict(f"kafka topic {name} contradicts the settings: {'; '.join(problems)}")
+    return review.warnings

@@ -24,13 +24,37 @@ from effectlog.errors import BackendUnavailable, Fenced, LogMissing
 from effectlog.log.base import STATE
 from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
 from effectlog.log.kafka.producer import error_text, producer_config
-from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
 
 log = logging.getLogger(__name__)
 
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
            KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 _WINDOW = 16  # records read before the end to find the last checkpoint (grown when needed)
+#: Records a restore asks the consumer for at a time, and how long one ask waits to fill it: a
+#: batch call returns only full or after its wait, even once the partition's end was delivered,
+#: so a long wait would idle at the end of every read (the restore's and each last checkpoint's).
+READ_BATCH = 5000
+READ_WAIT_S = 0.02
+
+
+def read_config(settings: KafkaSettings) -> ClientConfig:
+    """librdkafka settings of the changelog's reader: assign-only, committed records only."""
+    return {
+        **settings.client_config(),
+        "group.id": f"effectlog-changelog-{uuid.uuid4().hex}",  # never joined
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",  # what a fenced or crashed owner left open
+        "fetch.wait.max.ms": 10,
+        "allow.auto.create.topics": False,
+    }
+
+
+def _retriable(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort()
 
 
 def transactional_id(settings: KafkaSettings, partition: int) -> str:
@@ -55,6 +79,7 @@ class KafkaChangelogWriter(ChangelogWriter):
             "transaction.timeout.ms": max(10_000, 2 * timeout_ms),
             "error_cb": lambda err: log.debug("changelog producer error: %s", err.str()),
         })
+        self._committing = False  # a commit was asked for and has not finished
         try:
             self._producer.init_transactions(settings.timeout_s)
         except KafkaException as exc:
@@ -63,17 +88,29 @@ class KafkaChangelogWriter(ChangelogWriter):
     def publish(self, changes: Sequence[Change], checkpoint: bytes) -> None:
         producer = self._producer
         try:
+            self._finish_open_commit()
             producer.begin_transaction()
             for key, value in changes:
                 self._produce(key, value)
             self._produce(CHECKPOINT_KEY, checkpoint)
+            self._committing = True
             producer.commit_transaction(self.settings.timeout_s)
+            self._committing = False
         except KafkaException as exc:
             error = self._failed(exc, "publish")
-            if not isinstance(error, Fenced):
+            if not isinstance(error, Fenced) and not (self._committing and _retriable(exc)):
+                self._committing = False
                 with contextlib.suppress(KafkaException):
                     producer.abort_transaction(self.settings.timeout_s)
             raise error from None
+
+    def _finish_open_commit(self) -> None:
+        """A commit that timed out is retried, not aborted (librdkafka refuses an abort, and
+        every later transaction, while it is in progress): its records are published again
+        by this publication anyway, so either outcome is fine."""
+        if self._committing:
+            self._producer.commit_transaction(self.settings.timeout_s)
+            self._committing = False
 
     def _produce(self, key: bytes, value: bytes | None) -> None:
         while True:
@@ -138,14 +175,7 @@ class KafkaChangelog(Changelog):
 
     def _consumer(self) -> Consumer:
         return Consumer({
-            **self.settings.client_config(),
-            "group.id": f"effectlog-changelog-{uuid.uuid4().hex}",  # never joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",  # what a fenced or crashed owner left open
-            "fetch.wait.max.ms": 10,
-            "allow.auto.create.topics": False,
+            **read_config(self.settings),
             "error_cb": lambda err: log.debug("changelog reader error: %s", err.str()),
         })
 
@@ -174,7 +204,7 @@ class KafkaChangelog(Changelog):
         deadline = time.monotonic() + quiet_s
         try:
             while True:
-                batch = consumer.consume(5000, 0.5)
+                batch = consumer.consume(READ_BATCH, READ_WAIT_S)
                 if batch:
                     deadline = time.monotonic() + quiet_s  # bounded by silence, not by size
                 for msg in batch:

@@ -9,6 +9,7 @@ long as for its own request; 32 threads pay for a few requests instead of 32 in 
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 
@@ -34,7 +35,7 @@ class EndOffsetRounds:
                 self._run_round()
             last = self._last
         if isinstance(last, BaseException):
-            raise last
+            raise _own_copy(last)
         return last
 
     def _run_round(self) -> None:
@@ -45,9 +46,21 @@ class EndOffsetRounds:
         self._cond.release()
         try:
             result: dict[int, int] | BaseException = self._fetch()
-        except BaseException as exc:  # handed to every caller of this round
-            result = exc
+        except BaseException as exc:  # handed to every caller of this round, as a copy
+            result = exc.with_traceback(None)
         finally:
             self._cond.acquire()
         self._last, self._finished, self._running = result, number, False
         self._cond.notify_all()
+
+
+def _own_copy(error: BaseException) -> BaseException:
+    """A copy of a round's failure for one caller. Raising the stored object itself would
+    chain every caller's frames onto its traceback and keep them alive as long as the round
+    is the last one: frames holding a RocksDB column family keep that database open and
+    locked (a partition taken back after a failed bind to a paused broker stayed locked by
+    serve itself)."""
+    copied = copy.copy(error)
+    copied.__traceback__ = None
+    copied.__context__ = copied.__cause__ = None
+    return copied

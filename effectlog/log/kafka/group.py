@@ -5,8 +5,8 @@ cooperative-sticky assignment: a rebalance moves only the partitions that change
 each change reaches the listener inside :meth:`GroupSource.poll` (assigned, revoked, or lost
 when the session expired). Assigned partitions are read from the offsets the listener
 returns (the projection's stored offsets, never the group's committed ones), at
-``read_committed``; a fetch is answered once 16 KiB have arrived or 5 ms have passed, so a
-busy log is read in batches and an idle one is still current within 5 ms.
+``read_committed``; a fetch is answered as soon as a record arrives (or after 50 ms idle), so
+a verdict waits only for its own record's fetch.
 
 Each member advertises its URL as its ``client.id``; :class:`GroupMembership` reads the
 group back with the admin client (partition -> owner URL), so a node forwards a request to

@@ -30,10 +30,14 @@ log = logging.getLogger(__name__)
 _EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 #: ListOffsets answers while a leader moves, a topic is new or a broker restarted: retried.
+#: OFFSET_NOT_AVAILABLE: a leader just elected whose high watermark has not caught up yet.
 _LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
                  KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.STALE_BROKER_EPOCH,
+                 KafkaError.OFFSET_NOT_AVAILABLE,
                  KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)  # stale metadata
+#: How long a metadata refresh after a failed request may add to the failure.
+REFRESH_S = 1.0
 
 
 def reader_config(settings: KafkaSettings) -> ClientConfig:
@@ -117,10 +121,10 @@ class PartitionReader:
                     raise self.unavailable(error_text(exc)) from None
                 error = first
             if error.code() not in _LEADER_MOVED or time.monotonic() >= deadline:
+                _refresh(client, name, min(REFRESH_S, self.settings.timeout_s))
                 raise self.unavailable(f"no end offsets for {name}: {error.str()}")
             time.sleep(0.02)
-            with contextlib.suppress(KafkaException):  # refresh the leaders
-                client.list_topics(name, timeout=self.settings.timeout_s)
+            _refresh(client, name, self.settings.timeout_s)
         ends = {}
         for tp in found:
             if tp.offset < 0:
@@ -156,6 +160,7 @@ class PartitionReader:
                     break
                 if now >= max(deadline, silent):
                     self._cursor = None
+                    _refresh(consumer, name, min(REFRESH_S, self.settings.timeout_s))
                     raise self.unavailable(f"no records from {name}/{partition} at {position} "
                                            f"within {self.settings.timeout_s}s")
                 message = consumer.poll(min(0.5, max(0.001, max(deadline, silent) - now)))
@@ -221,6 +226,14 @@ class PartitionReader:
         for client in clients:
             if client is not None:
                 client.close()
+
+
+def _refresh(client: Consumer, name: str, timeout: float) -> None:
+    """Ask for ``name``'s leaders again. A leader that stopped answering (a paused broker
+    keeps its connections open) raises no error that would make librdkafka ask: without this,
+    a client kept sending to a zombie leader long after another node took its partitions."""
+    with contextlib.suppress(KafkaException):
+        client.list_topics(name, timeout=timeout)
 
 
 def _record(topic: str, partition: int, offset: int, msg: Message) -> Record:

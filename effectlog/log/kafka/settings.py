@@ -51,7 +51,8 @@ class KafkaSettings:
     bootstrap: str
     prefix: str = "effects"
     partitions: int = 6
-    replication: int = 1
+    replication: int | None = None  # None: 3 on a cluster of 3 or more brokers, else 1
+    min_insync_replicas: int | None = None  # None: a majority of the replicas (3 -> 2)
     timeout_s: float = 10.0
     min_compaction_lag_ms: int = 7 * DAY_MS
     commands_retention_ms: int = 7 * DAY_MS
@@ -68,8 +69,14 @@ class KafkaSettings:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", self.prefix):
             raise InvalidInput(f"kafka prefix {self.prefix!r} must match [A-Za-z0-9._-]+")
-        if self.partitions < 1 or self.replication < 1 or self.timeout_s <= 0:
-            raise InvalidInput("kafka partitions, replication and timeout_s must be positive")
+        counts = (self.partitions, self.replication, self.min_insync_replicas)
+        if any(n is not None and n < 1 for n in counts) or self.timeout_s <= 0:
+            raise InvalidInput("kafka partitions, replication, min_insync_replicas and "
+                               "timeout_s must be positive")
+        if self.replication is not None and self.min_insync_replicas is not None and \
+                self.min_insync_replicas > self.replication:
+            raise InvalidInput(f"kafka min_insync_replicas={self.min_insync_replicas} exceeds "
+                               f"replication={self.replication}: no append could be acknowledged")
 
     def __repr__(self) -> str:
         shown = []
@@ -104,6 +111,7 @@ class KafkaSettings:
             kind = known.get(name)
             if kind is None:
                 raise InvalidInput(f"unknown kafka URL parameter {name!r}")
+            kind = str(kind).removesuffix(" | None")
             try:
                 values[name] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
             except ValueError:
@@ -135,6 +143,11 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap,
             "client.id": "effectlog",
             "socket.connection.setup.timeout.ms": timeout_ms,
+            # A request unanswered within timeout_s fails and drops its connection
+            # (socket.max.fails=1), so the next one goes where the metadata now says. A paused
+            # broker keeps its connections open: with the default 60 s a client stayed on a
+            # zombie leader for a minute. 100 ms under transaction.timeout.ms, as librdkafka asks.
+            "socket.timeout.ms": timeout_ms - 100,
             "log.connection.close": False,
             "logger": CLIENT_LOG,  # librdkafka's lines, one level down (client_log)
         }
