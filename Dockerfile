@@ -41,4 +41,5 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=4)"]
 
 ENTRYPOINT ["effectlog"]
-CMD ["serve"]
+# Recovery and the reconciler need your provider: run `serve --provider SPEC` instead.
+CMD ["serve", "--no-recovery"]

@@ -83,7 +83,7 @@ def serve(url: str, work: Path, name: str) -> tuple[subprocess.Popen[bytes], str
     proc = subprocess.Popen(
         [sys.executable, "-m", "effectlog.cli.main", "--log", url, "--state",
          str(work / f"state-{name}"), "serve", "--http", f"127.0.0.1:{port}",
-         "--session-timeout", f"{SESSION_S}s"], cwd=ROOT, stdin=subprocess.DEVNULL,
+         "--session-timeout", f"{SESSION_S}s", "--no-recovery"], cwd=ROOT, stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=(work / f"{name}.err").open("w"))
     return proc, f"http://127.0.0.1:{port}"
 

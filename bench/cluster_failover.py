@@ -96,7 +96,7 @@ def start(url: str, state: Path, group: str, standbys: int, err: Path) -> tuple[
     proc = subprocess.Popen(
         [sys.executable, "-m", "effectlog.cli.main", "--log", url, "--state", str(state),
          "serve", "--http", f"127.0.0.1:{port}", "--group", group,
-         "--session-timeout", f"{SESSION_S}s", "--standbys", str(standbys)],
+         "--session-timeout", f"{SESSION_S}s", "--standbys", str(standbys), "--no-recovery"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err.open("w"))
     return proc, f"http://127.0.0.1:{port}"
 

@@ -80,7 +80,8 @@ def fill(log_url: str, n: int, base_ms: int) -> list[str]:
 def serve(log_url: str, state: Path, port: int, err: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "effectlog.cli.main", "--log", log_url, "--state", str(state),
-         "serve", "--http", f"127.0.0.1:{port}", "--stuck-after", "1h", "--poll", "1h"],
+         "serve", "--http", f"127.0.0.1:{port}", "--stuck-after", "1h", "--poll", "1h",
+         "--no-recovery"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err.open("w"))
 
 

@@ -51,6 +51,12 @@ class ReconciliationCommand:
         return (State(self.observed_state), self.observed_epoch, self.observed_at) == (
             event.state, event.fencing_epoch, event.occurred_at)
 
+    def summary(self) -> dict[str, Any]:
+        """What ``recover`` reports about the command (and ``POST /v1/recover`` answers)."""
+        return {"idempotency_key": self.idempotency_key, "state": self.observed_state,
+                "fencing_epoch": self.observed_epoch, "attempt": self.attempt,
+                "command_id": self.command_id, "reason": self.reason}
+
     def encode(self) -> bytes:
         """Avro single-object bytes for the commands topic."""
         return command_codec().encode(asdict(self))

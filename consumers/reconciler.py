@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
-from effectlog.errors import CodecError, Conflict, EffectlogError, WrongLog
+from effectlog.errors import BackendUnavailable, CodecError, Conflict, EffectlogError, WrongLog
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.machine import advance
 from effectlog.metrics import Metrics
-from effectlog.model import Decision, EffectEvent, State, Transition
+from effectlog.model import LOOKUP, REDISPATCH, Decision, EffectEvent, State, Transition
 from effectlog.provider import (
     LookupResult,
     LookupStatus,
@@ -72,6 +72,15 @@ class Handled:
     state: State | None  # the key's state afterwards
 
 
+@dataclass(frozen=True, slots=True)
+class ReconcilePass:
+    """What one pass did, and the commands partitions it could not finish, with why (the
+    judge or the log did not answer for them); their commands are handled on the next."""
+
+    handled: list[Handled]
+    unreached: dict[int, str]
+
+
 class Reconciler:
     """Settles stuck effects; one instance per process, offsets kept in ``offsets``."""
 
@@ -94,42 +103,63 @@ class Reconciler:
     # -- consuming commands --------------------------------------------------------------
 
     def run_once(self, timeout: float = 0.0) -> list[Handled]:
-        """Handle every command not consumed yet; the offset is committed after each."""
+        """Handle every command not consumed yet; the offset is committed after each.
+        :class:`BackendUnavailable` when a partition's commands could not all be handled
+        (after every other partition's were)."""
+        done = self.run_pass(timeout)
+        if done.unreached:
+            raise BackendUnavailable(unreached_text(done.unreached))
+        return done.handled
+
+    def run_pass(self, timeout: float = 0.0) -> ReconcilePass:
+        """:meth:`run_once`, going on past a partition whose judge or log does not answer
+        (a command there stays unconsumed) and saying which partitions those were."""
         if not self._bound:  # offsets kept for another (or a longer) log: refuse
             self.offsets.bind(self.log)
             self._bound = True
         done: list[Handled] = []
+        unreached: dict[int, str] = {}
         stored = self.offsets.get(COMMANDS)
         mine = range(self.log.partitions(COMMANDS)) if self.partitions is None \
             else self.partitions()
         for partition in mine:
-            offset = stored.get(partition, 0)
-            while True:
-                records = self.log.read(COMMANDS, partition, offset, self.settings.batch, timeout)
-                if not records:
-                    break
-                for record in records:
-                    try:
-                        command = ReconciliationCommand.decode(record.value)
-                    except CodecError as exc:
-                        logger.warning("skipping undecodable command at %s: %s", record.position, exc)
-                    else:
-                        done.append(self.handle(command))
-                    offset = record.offset + 1
-                    self.offsets.commit(COMMANDS, partition, offset)
-        return done
+            try:
+                self._consume(partition, stored.get(partition, 0), timeout, done)
+            except WrongLog:
+                raise
+            except BackendUnavailable as exc:
+                unreached[partition] = str(exc)
+        return ReconcilePass(done, unreached)
+
+    def _consume(self, partition: int, offset: int, timeout: float,
+                 done: list[Handled]) -> None:
+        while True:
+            records = self.log.read(COMMANDS, partition, offset, self.settings.batch, timeout)
+            if not records:
+                return
+            for record in records:
+                try:
+                    command = ReconciliationCommand.decode(record.value)
+                except CodecError as exc:
+                    logger.warning("skipping undecodable command at %s: %s", record.position, exc)
+                else:
+                    done.append(self.handle(command))
+                offset = record.offset + 1
+                self.offsets.commit(COMMANDS, partition, offset)
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; backend errors are logged and retried."""
         while not stop.is_set():
             try:
-                handled = self.run_once()
+                done = self.run_pass()
             except WrongLog:
                 raise  # offsets kept for another log: retrying cannot help
             except EffectlogError as exc:
                 logger.warning("reconciler pass failed: %s", exc)
-                handled = []
-            if not handled:
+                done = ReconcilePass([], {})
+            if done.unreached:
+                logger.warning("reconciler pass: %s", unreached_text(done.unreached))
+            if not done.handled:
                 stop.wait(self.settings.poll_s)
 
     def handle(self, command: ReconciliationCommand) -> Handled:
@@ -188,7 +218,7 @@ class Reconciler:
             outcome = lookup.outcome
             if self.metrics and outcome.status is State.SUCCEEDED:
                 self.metrics.confirmed.inc()
-            return w.record(key, outcome.status, outcome.result, source="lookup").state
+            return w.record(key, outcome.status, outcome.result, source=LOOKUP).state
         if action is Action.DISPATCH:
             return self._dispatch(key, payload)
         if action is Action.MARK_UNKNOWN:
@@ -207,12 +237,12 @@ class Reconciler:
                                            event.fencing_epoch, payload)
         except ProviderFailed as exc:
             failure = exc.result if exc.result is not None else {"error": str(exc)}
-            return self.worker.record(key, State.FAILED, failure).state
+            return self.worker.record(key, State.FAILED, failure, source=REDISPATCH).state
         except (ProviderError, OSError) as exc:
             return self.worker.unknown(key, f"re-dispatch: {type(exc).__name__}: {exc}"[:500]).state
         if self.metrics:
             self.metrics.confirmed.inc()
-        return self.worker.record(key, State.SUCCEEDED, result).state
+        return self.worker.record(key, State.SUCCEEDED, result, source=REDISPATCH).state
 
     def _route_to_worker(self, current: EffectEvent, reason: str) -> State:
         """Claim the key with the reason in the event's error, once: a worker holding the
@@ -245,3 +275,9 @@ class Reconciler:
         if self.metrics:
             self.metrics.reconciliations.labels(action=handled.action.value).inc()
         return handled
+
+
+def unreached_text(unreached: dict[int, str]) -> str:
+    """One line: which commands partitions a pass did not finish, and why."""
+    parts = ", ".join(f"{p} ({why})" for p, why in sorted(unreached.items()))
+    return f"commands of partition(s) {parts} not handled; they are handled on the next pass"

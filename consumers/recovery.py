@@ -14,9 +14,11 @@ consumer pointed at a log with another identity refuses to run (:class:`WrongLog
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from consumers.bookkeeping import CommandLedger, Issued
 from consumers.commands import ReconciliationCommand
@@ -52,8 +54,9 @@ class RecoverySettings:
     def __post_init__(self) -> None:
         values = [self.stuck_after_s, self.command_timeout_s, self.backoff_base_s,
                   self.backoff_cap_s, self.poll_s, *self.per_kind.values()]
-        if any(v < 0 for v in values) or self.max_commands < 1:
-            raise InvalidInput("recovery settings must be non-negative (max_commands >= 1)")
+        if any(not 0 <= v < math.inf for v in values) or self.max_commands < 1:
+            raise InvalidInput("recovery settings must be finite and non-negative "
+                               "(max_commands >= 1)")
 
     def deadline_s(self, kind: str) -> float:
         """How long an effect of ``kind`` may sit in one state before it counts as stuck."""
@@ -69,6 +72,23 @@ class RecoverySettings:
     @property
     def min_deadline_s(self) -> float:
         return min([self.stuck_after_s, *self.per_kind.values()])
+
+    def deadlines_json(self) -> dict[str, Any]:
+        """The deadlines a pass asked for by hand sends to ``POST /v1/recover``."""
+        return {"stuck_after_s": self.stuck_after_s, "per_kind": dict(self.per_kind),
+                "command_timeout_s": self.command_timeout_s, "max_commands": self.max_commands}
+
+    def with_deadlines(self, body: Mapping[str, Any]) -> RecoverySettings:
+        """These settings with the deadlines of :meth:`deadlines_json`'s shape
+        (:class:`InvalidInput` for a bad one)."""
+        try:
+            per_kind = {str(k): float(v) for k, v in dict(body.get("per_kind") or {}).items()}
+            return replace(self, stuck_after_s=float(body["stuck_after_s"]), per_kind=per_kind,
+                           command_timeout_s=float(body.get("command_timeout_s",
+                                                            self.command_timeout_s)),
+                           max_commands=int(body.get("max_commands", self.max_commands)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(f"bad recovery settings: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +114,15 @@ class RecoveryConsumer:
         self.clock = clock
         self.metrics = metrics
         self._bound = False
+        self._pass = threading.Lock()  # one pass at a time on the ledger
 
-    def run_once(self) -> PassResult:
-        """One pass over every watched state; returns the commands it issued."""
+    def run_once(self, settings: RecoverySettings | None = None) -> PassResult:
+        """One pass over every watched state; returns the commands it issued. ``settings``
+        replace the consumer's own for this pass (a pass asked for by hand)."""
+        with self._pass:
+            return self._run_once(settings or self.settings)
+
+    def _run_once(self, settings: RecoverySettings) -> PassResult:
         if not self._bound:  # refuse a ledger kept for another log before writing anything
             self.ledger.bind(self.log)
             self._bound = True
@@ -109,7 +135,7 @@ class RecoveryConsumer:
         outstanding = backing_off = 0
         truncated = False
         ends: dict[int, int] | None = None  # of the commands topic, read once if needed
-        for logged_at, entry in self._stuck(now):
+        for logged_at, entry in self._stuck(now, settings):
             seen.add(entry.idempotency_key)
             prev = self.ledger.get(entry.idempotency_key)
             lost = False
@@ -121,21 +147,21 @@ class RecoveryConsumer:
                                    "the log ends at %d): issuing it again", prev.command_id,
                                    entry.idempotency_key, prev.offset,
                                    ends.get(prev.partition or 0, 0))
-            due, attempts = self._due(prev, entry, lost)
+            due, attempts = self._due(prev, entry, lost, settings)
             if now < due:
                 if prev is not None and prev.same_snapshot(entry.state.value, entry.fencing_epoch,
                                                            entry.occurred_at) \
-                        and now < prev.issued_at + self.settings.command_timeout_s * 1000:
+                        and now < prev.issued_at + settings.command_timeout_s * 1000:
                     outstanding += 1
                 else:
                     backing_off += 1
                 continue
-            if len(issued) >= self.settings.max_commands:
+            if len(issued) >= settings.max_commands:
                 truncated = True
                 break
             issued.append(self._issue(entry, logged_at, attempts, now))
         if not truncated:
-            self._prune(seen)
+            self._prune(seen, settings)
         if issued:
             logger.info("recovery issued %d reconciliation command(s)", len(issued))
         return PassResult(issued, outstanding, backing_off, truncated)
@@ -154,25 +180,27 @@ class RecoveryConsumer:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _stuck(self, now: int) -> Iterator[Logged]:
+    def _stuck(self, now: int, settings: RecoverySettings) -> Iterator[Logged]:
         """Entries stuck past their deadline, measured on the log's own time of their last
         record (never on the clock of the worker that wrote it)."""
-        cutoff = now - int(self.settings.min_deadline_s * 1000)
-        for state in self.settings.states:
+        cutoff = now - int(settings.min_deadline_s * 1000)
+        for state in settings.states:
             for found in self.reader.scan_logged(state, older_than_ms=cutoff):
-                deadline_ms = int(self.settings.deadline_s(found.event.kind) * 1000)
+                deadline_ms = int(settings.deadline_s(found.event.kind) * 1000)
                 if found.logged_at <= now - deadline_ms:
                     yield found
 
-    def _due(self, prev: Issued | None, entry: EffectEvent, lost: bool) -> tuple[int, int]:
+    @staticmethod
+    def _due(prev: Issued | None, entry: EffectEvent, lost: bool,
+             settings: RecoverySettings) -> tuple[int, int]:
         """(earliest time a command may be issued, its attempt number)."""
         if prev is None:
             return 0, 1
         if lost:  # never reached a reconciler: the same attempt again, now
             return 0, max(prev.attempts, 1)
-        backoff_ms = int(self.settings.backoff_s(prev.attempts) * 1000)
+        backoff_ms = int(settings.backoff_s(prev.attempts) * 1000)
         if prev.same_snapshot(entry.state.value, entry.fencing_epoch, entry.occurred_at):
-            timeout_ms = int(self.settings.command_timeout_s * 1000)
+            timeout_ms = int(settings.command_timeout_s * 1000)
             return prev.issued_at + max(timeout_ms, backoff_ms), prev.attempts + 1
         if entry.state in AMBIGUOUS and entry.transition is not Transition.APPROVE:
             return prev.issued_at + backoff_ms, prev.attempts + 1  # still in doubt: back off
@@ -205,11 +233,11 @@ class RecoveryConsumer:
                      command.reason)
         return command
 
-    def _prune(self, seen: set[str]) -> None:
+    def _prune(self, seen: set[str], settings: RecoverySettings) -> None:
         """Forget keys that left the watched states (settled or abandoned)."""
         for key in self.ledger.tracked():
             if key in seen:
                 continue
             current = self.reader.get(key)
-            if current is None or current.state not in self.settings.states:
+            if current is None or current.state not in settings.states:
                 self.ledger.forget(key)

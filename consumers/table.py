@@ -81,7 +81,9 @@ def decide(facts: Facts) -> Verdict:
     if proof and state in (State.DISPATCHED, State.UNKNOWN):
         return _dispatch(facts, "not found and the provider's lookup is complete: retried "
                          "with the original key")
-    what = {LookupStatus.NOT_FOUND: "not found, and the provider's lookup is not complete",
+    not_found = "not found by a complete lookup" if facts.lookup_complete else \
+        "not found, and the provider's lookup is not complete"
+    what = {LookupStatus.NOT_FOUND: not_found,
             LookupStatus.UNAVAILABLE: "provider lookup unavailable"}.get(
                 lookup, "not found") if lookup else "not looked up"
     return _ambiguous(facts, what)

@@ -21,6 +21,8 @@ from effectlog.http_get import KeepAliveGets
 from effectlog.judge.client import server_list
 
 Snapshots = list[dict[str, Any]]  # ``list --json``: snapshots, oldest first
+#: How long a recovery pass on every member may take (each member's own is bounded below it).
+RECOVER_WAIT_S = 70.0
 
 
 class KeyState(NamedTuple):
@@ -105,6 +107,15 @@ class StateClient:
         figures: dict[str, Any] = json.loads(body)
         return figures
 
+    def recover(self, deadlines: Mapping[str, Any]) -> dict[str, Any]:
+        """One recovery pass now on every member, each over the partitions it serves
+        (``POST /v1/recover``): the commands issued and ``uncovered``, partition -> why no
+        pass covered it."""
+        _, body, _ = self._request("/v1/recover", {}, RECOVER_WAIT_S,
+                                   body=json.dumps(deadlines).encode())
+        report: dict[str, Any] = json.loads(body)
+        return report
+
     def close(self) -> None:
         self._http.close()
 
@@ -117,9 +128,10 @@ class StateClient:
     # -- internals -----------------------------------------------------------------------
 
     def _request(self, path: str, params: Mapping[str, str] | Sequence[tuple[str, str]],
-                 wait_s: float = 0.0,
-                 during: Callable[[], None] | None = None) -> tuple[int, bytes, dict[str, str]]:
-        """GET ``path`` from the first member that answers it; 200 and 404 are answers."""
+                 wait_s: float = 0.0, during: Callable[[], None] | None = None, *,
+                 body: bytes | None = None) -> tuple[int, bytes, dict[str, str]]:
+        """GET ``path`` (POST ``body``) from the first member that answers it; 200 and 404
+        are answers."""
         query = f"?{urlencode(params)}" if params else ""
         deadline = time.monotonic() + self.retry_for_s + wait_s
         problems: list[str] = []
@@ -130,8 +142,8 @@ class StateClient:
                 index = (self._preferred + step) % len(self.servers)
                 server = self.servers[index]
                 try:
-                    status, body, headers = self._http.get(
-                        server, self._prefix[index] + path + query,
+                    status, answer, headers = self._http.request(
+                        server, self._prefix[index] + path + query, body,
                         connect_timeout_s=min(2.0, self.timeout_s),
                         read_timeout_s=self.timeout_s + wait_s, during=during)
                 except (OSError, http.client.HTTPException) as exc:
@@ -139,8 +151,8 @@ class StateClient:
                     continue
                 if status in (200, 404):
                     self._preferred = index
-                    return status, body, headers
-                message = _message(body) or f"HTTP {status}"
+                    return status, answer, headers
+                message = _message(answer) or f"HTTP {status}"
                 if status == 400:
                     raise InvalidInput(message)
                 if status == 504:

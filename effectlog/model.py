@@ -82,13 +82,27 @@ def new_event_id() -> str:
     return f"{_IDS.prefix}{next(_IDS.counter):016x}"
 
 
+#: Who learned an outcome, as ``Outcome.source`` says it: the worker from its own provider
+#: call, the reconciler from a provider lookup, or the reconciler from its own re-dispatch.
+WORKER, LOOKUP, REDISPATCH = "worker", "lookup", "redispatch"
+_RECORDED_BY = {WORKER: "worker", LOOKUP: "reconciler: lookup",
+                REDISPATCH: "reconciler: re-dispatch"}
+
+
+def recorded_by(source: str | None) -> str:
+    """How history, ``get`` and the console name an outcome's source (``worker``,
+    ``reconciler: lookup``, ``reconciler: re-dispatch``; another value as it is)."""
+    return _RECORDED_BY.get(source or WORKER, str(source))
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """A recorded provider result; ``source`` is ``worker`` or ``lookup`` (reconciled)."""
+    """A recorded provider result; ``source`` says who learned it (:data:`WORKER`,
+    :data:`LOOKUP` or :data:`REDISPATCH`, see :func:`recorded_by`)."""
 
     status: State  # SUCCEEDED or FAILED
     result: Any = None
-    source: str = "worker"
+    source: str = WORKER
 
     def to_record(self) -> dict[str, Any]:
         return {

@@ -37,6 +37,7 @@ from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.source import LogSource, RecordSource
 from projections.checkpoint import Checkpoint
 from projections.decoding import InlineDecoder, ProcessDecoder
+from projections.progress import logged
 from projections.settings import (
     AppliedCallback,
     DecoderChoice,
@@ -145,7 +146,9 @@ class Projector:
                     "published up to %d", partition, writer.next_offset, checkpoint.applied)
         started = time.monotonic()
         writer = self.store.reset_writer(partition, partitions=count)
-        writer.restore(self.changelog.read(partition), self.log.identity())
+        writer.restore(logged(self.changelog.read(partition),
+                              f"partition {partition} restoring from the changelog", logger),
+                       self.log.identity())
         writer.bind_log(self.log)
         logger.info("partition %d restored from the changelog up to offset %d in %.2fs",
                     partition, writer.next_offset, time.monotonic() - started)

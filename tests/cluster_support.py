@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,8 +66,20 @@ def ask_judge(url: str, keys: list[str], timeout_ms: int = 3000) -> tuple[int, A
         return response.status, None
 
 
+def _recovery(provider: Path | None, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """``--provider`` for ``provider``; none when ``extra`` or the environment
+    (EFFECTLOG_PROVIDER) names one; else ``--no-recovery`` (a member that only projects,
+    judges and answers)."""
+    if provider:
+        return ("--provider", f"fake:///{provider}")
+    named = "--provider" in extra or "--no-recovery" in extra or os.environ.get(
+        "EFFECTLOG_PROVIDER")
+    return () if named else ("--no-recovery",)
+
+
 class Serve:
-    """One `effectlog serve` process with its own state directory and port."""
+    """One `effectlog serve` process with its own state directory and port (recovering with
+    the fake provider at ``provider``; without one, serving with ``--no-recovery``)."""
 
     def __init__(self, tmp: Path, name: str, log_url: str, provider: Path | None,
                  state_dir: Path | None = None, *extra: str) -> None:
@@ -80,12 +93,16 @@ class Serve:
              str(self.state_dir), "--log-level", "INFO", "serve", "--http",
              f"127.0.0.1:{self.port}", "--session-timeout", "6s", "--stuck-after", "2s",
              "--poll", "1s", "--command-timeout", "4s",
-             *(("--provider", f"fake:///{provider}") if provider else ()), *extra],
+             *_recovery(provider, extra), *extra],
             stdout=subprocess.DEVNULL, stderr=self.err_path.open("w"), stdin=subprocess.DEVNULL)
 
     def health(self) -> dict[str, Any] | None:
         status, body = answer(self.url + "/healthz")
         return body if status in (200, 503) and isinstance(body, dict) else None
+
+    def ready(self) -> tuple[int, dict[str, Any] | None]:
+        """(status, body) of ``/readyz``; status 0 while nothing answers."""
+        return answer(self.url + "/readyz")
 
     def serving(self) -> list[int]:
         health = self.health()

@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from effectlog.model import recorded_by
 from effectlog.text import printable
 
 #: States in the order the console shows them: the ones that need a person first.
@@ -83,7 +84,7 @@ def detail(event: dict[str, Any]) -> str:
         return f"{approval['decision']} by {approval['by']}: {approval['reason']}"
     if event.get("transition") == "RECORD" and outcome:
         result = json.dumps(outcome.get("result"), sort_keys=True, ensure_ascii=False)
-        return f"{outcome['status']} ({outcome.get('source')}): {result[:200]}"
+        return f"{outcome['status']} ({recorded_by(outcome.get('source'))}): {result[:200]}"
     if event.get("error"):
         return str(event["error"])
     return ""
@@ -119,14 +120,16 @@ def next_step(e: dict[str, Any], *, reconciles: bool, deadline_s: float, poll_s:
     if e["state"] == "RESERVED" and approval.get("decision") == "RETRY":
         if not reconciles:
             return ("Next: nothing here sends it (this serve runs no reconciler: it was started "
-                    "without --provider). `effectlog reconcile --once --provider SPEC` sends it "
-                    "with the same key, or the job's own worker when the job is delivered again.")
+                    "with --no-recovery). `effectlog reconcile --once --provider SPEC --server "
+                    "URL` sends it with the same key, or the job's own worker when the job is "
+                    "delivered again.")
         due_ms = int(e["occurred_at"]) + int(deadline_s * 1000)
         when = utc(due_ms) if due_ms > now_ms else "now"
         wait = f" (in {age(now_ms, due_ms)})" if due_ms > now_ms else ""
-        return (f"Next: recovery takes it up at {when}{wait}, {deadline_s:g}s after the decision "
-                f"(its deadline for {e['kind']}), and this cluster's reconciler sends it again "
-                f"with the same key at epoch {e['fencing_epoch']}, within {poll_s:g}s of that.")
+        return (f"Next: the reconciler of its partition sends it again with the same key at "
+                f"epoch {e['fencing_epoch']} within seconds (the decision asked it to); if that "
+                f"request was lost, recovery takes it up at {when}{wait}, {deadline_s:g}s after "
+                f"the decision (its deadline for {e['kind']}), within {poll_s:g}s of that.")
     if e["state"] == "DISPATCHED" and approval.get("decision") == "RETRY":
         return "Sent again with the same key after the retry decision: waiting for the outcome."
     return None
@@ -161,7 +164,7 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("consumers.console", "templates"),
                       autoescape=select_autoescape(["html"]), finalize=_finalize,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(age=age, utc=utc, key_path=key_path, detail=detail)
+    env.filters.update(age=age, utc=utc, key_path=key_path, detail=detail, recorded_by=recorded_by)
     env.globals.update(STATE_NOTES=STATE_NOTES, list_url=list_url, DECIDABLE=DECIDABLE,
                        payload_text=payload_text, run_of=run_of)
     return env

@@ -1,12 +1,16 @@
-"""``/healthz``: a node's health, answered within a bound even while the log does not answer.
+"""``/healthz``: whether a node is alive, with its figures, answered within a bound even while
+the log does not answer.
 
-The projector lag needs the log's end offsets, which a broker outage can hold up for the
-log's whole ``timeout_s``. A probe waits for them at most ``wait_s`` (a Kubernetes probe
-gives up after 1 s by default); when they do not come in time, or the log refuses, the
-answer is 503 with the reason, the lag is unknown (null), and ``last_known`` holds the last
-end offsets and lag the node read, with their age in seconds. One read of the end offsets
-is under way at a time: probes arriving meanwhile wait on the same one, so an outage never
-piles up threads.
+Alive means no loop of the node has stopped (one that has makes ``serve`` exit): 200, or 503
+naming the loops. A broker outage is not death (``serve`` rides it out, and a liveness probe
+must not restart it for one), so it is reported, not failed: the projector lag needs the
+log's end offsets, which an outage can hold up for the log's whole ``timeout_s``; a probe
+waits for them at most ``wait_s`` (a Kubernetes probe gives up after 1 s by default); when
+they do not come in time, or the log refuses, ``log_error`` says why, the lag is unknown
+(null), and ``last_known`` holds the last end offsets and lag the node read, with their age
+in seconds. One read of the end offsets is under way at a time: probes arriving meanwhile
+wait on the same one, so an outage never piles up threads. Whether the node serves is
+``/readyz`` (:mod:`.readiness`).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class LogFigures:
 
 
 class HealthCheck:
-    """Answers ``(ok, details)`` for one node within about ``wait_s`` (on its event loop)."""
+    """Answers ``(alive, details)`` for one node within about ``wait_s`` (on its event loop)."""
 
     def __init__(self, node: ServedNode, wait_s: float = DEFAULT_WAIT_S,
                  read_ends: Callable[[], LogFigures] | None = None) -> None:
@@ -60,7 +64,7 @@ class HealthCheck:
     async def __call__(self) -> tuple[bool, dict[str, object]]:
         node = self.node
         details = await asyncio.to_thread(node.health_details)
-        ok = not node.failed
+        alive = not node.failed
         try:
             figures = await asyncio.wait_for(asyncio.shield(self._read()), self.wait_s)
         except TimeoutError:
@@ -70,12 +74,12 @@ class HealthCheck:
         else:
             details["log_end_offsets"] = dict(figures.ends)
             details["projector_lag"] = figures.lag
-            return ok, details
+            return alive, details
         last = node.last_log_figures
-        details["error"] = f"{cause}; projector lag unknown"
+        details["log_error"] = f"{cause}; projector lag unknown"
         details["projector_lag"] = None
         details["last_known"] = None if last is None else last.as_json()
-        return False, details
+        return alive, details
 
     def _read(self) -> asyncio.Future[LogFigures]:
         """The read under way, or a new one when none is."""

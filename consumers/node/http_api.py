@@ -14,7 +14,9 @@ at that offset was refused. ``POST /v1/judge`` answers writers' questions, verdi
 own events included (:mod:`consumers.node.judge_route`). ``GET /v1/effects`` and
 ``GET /v1/stats`` ask every member and merge; a list pages by cursor (``after=`` the
 ``Effectlog-Next`` header of the page before, see :mod:`projections.paging`) and filters by
-``kind`` (prefix), ``target`` (substring) and ``key`` (prefix). ``/metrics`` and ``/healthz`` live here too.
+``kind`` (prefix), ``target`` (substring) and ``key`` (prefix). ``POST /v1/recover`` runs a
+recovery pass on every member (:mod:`consumers.node.recover_route`). ``/metrics``,
+``/healthz`` (alive) and ``/readyz`` (serving its share) live here too.
 
 Other routes (the web console) plug in through ``build_app(node, extra=...)``.
 """
@@ -36,6 +38,8 @@ from consumers.node.health import HealthCheck
 from consumers.node.judge_route import PATH as JUDGE_PATH
 from consumers.node.judge_route import JudgeRoute
 from consumers.node.judging import Unanswered
+from consumers.node.recover_route import PATH as RECOVER_PATH
+from consumers.node.recover_route import RecoverRoute
 from consumers.node.stale_reads import STALE, STANDBY
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.judge.premises import worker_fingerprint
@@ -74,9 +78,11 @@ def build_app(node: ServedNode, extra: RouteHook | None = None) -> web.Applicati
     app.router.add_get("/v1/effects/{key:.+}", api.effect)
     app.router.add_get("/v1/effects", api.effects)
     app.router.add_post(JUDGE_PATH, JudgeRoute(node.judge, node.membership, api.forwarder).answer)
+    app.router.add_post(RECOVER_PATH, RecoverRoute(node, api.forwarder).answer)
     app.router.add_get("/v1/stats", api.stats)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/healthz", api.health)
+    app.router.add_get("/readyz", api.ready)
     app.on_cleanup.append(api.close)
     if extra is not None:
         extra(app)
@@ -314,8 +320,12 @@ class _Api:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(self, request: web.Request) -> web.Response:
-        ok, details = await self.health_check()
-        return _json(200 if ok else 503, {"ok": ok, **details})
+        alive, details = await self.health_check()
+        return _json(200 if alive else 503, {"ok": alive, **details})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        ready, details = self.node.readiness()
+        return _json(200 if ready else 503, {"ready": ready, "url": self.node.url, **details})
 
 
 def _answer_headers(answer: Answer) -> dict[str, str]:

@@ -14,35 +14,34 @@ reconciler (each its own loop, unless ``loops`` is off and the owner calls
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
-from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
 from consumers.expiry import Expirer, ExpirySettings
 from consumers.node.assignments import Assignments
-from consumers.node.forwarding import Membership, SoloMembership
 from consumers.node.gate import PartitionGate
+from consumers.node.grouping import Grouping, GroupOptions
 from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
 from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.judging import NodeJudge, PartitionJudge
 from consumers.node.publisher import Publisher
+from consumers.node.readiness import readiness
+from consumers.node.recovering import NodeRecovery
 from consumers.node.server import HttpServer
 from consumers.node.stale_reads import StandbyCopies
 from consumers.node.watch import watch_log
-from consumers.reconciler import CommandOffsets, Handled, Reconciler, ReconcilerSettings
+from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from effectlog.codec import event_codec
 from effectlog.errors import EffectlogError
 from effectlog.judge.premises import known_fingerprints, worker_fingerprint
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
-from effectlog.log.source import RecordSource
 from effectlog.metrics import Metrics
 from effectlog.provider import Provider
 from effectlog.redact import redact_url
@@ -52,7 +51,7 @@ from projections.rocksdb.store import RocksProjectionStore, StoreReader
 from projections.store import Cursor
 
 if TYPE_CHECKING:
-    from effectlog.log.kafka.settings import KafkaSettings
+    pass
 
 logger = logging.getLogger(__name__)
 C = TypeVar("C", bound="_Closable")
@@ -82,6 +81,7 @@ class NodeSettings:
     membership_every_s: float = 2.0
     standbys: int = 0
     expiry: ExpirySettings | None = None  # None: settled effects are kept forever
+    recovers: bool = True  # False: no recovery and no reconciler here (projects and answers)
     health_wait_s: float = DEFAULT_HEALTH_WAIT_S  # /healthz answers without the log after it
 
 
@@ -101,13 +101,13 @@ class Node:
         self.crashed = threading.Event()
         self._stop = threading.Event()
         self._stop_projector = threading.Event()
-        self._pass_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._closables: list[_Closable] = []
         self._lock_file: IO[str] | None = None
         self.server: HttpServer | None = None
+        self.recovering = NodeRecovery.off(self.gate)  # until started
+        self.recovery: RecoveryConsumer | None = None
         self.reconciler: Reconciler | None = None
-        self._group_source: RecordSource | None = None
         self.last_log_figures: LogFigures | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -141,31 +141,27 @@ class Node:
         self.judge = PartitionJudge(self.gate, self.reader, self.url, api_log.identity(),
                                     known_fingerprints(event_codec().writer_fingerprints),
                                     self.fresh_ends)
-        self.source, self.membership = self._assignment()
-        self._open(self.source)
+        self.grouping = Grouping.join(
+            self.logs["projector"], self._assignments(), self.url, self.partition_count,
+            GroupOptions(s.group, s.session_timeout_ms, s.standbys), self.projector,
+            lambda: self._open(open_log(self.log_url)))
+        self.source, self.membership = self._open(self.grouping.source), self.grouping.membership
         if self.server is not None:
             self.server.start(lambda: build_app(self, self.extra_routes))
-        ledger = self._open(CommandLedger(consumer_db_path(s.state_dir, "recovery")))
-        self.recovery = RecoveryConsumer(self.logs["work"], self.reader, ledger, s.recovery,
-                                         metrics=self.metrics)
-        if self.provider is not None:
-            work = self.logs["work"]
-            judge = None if work.conditional else NodeJudge(self.judge, worker_fingerprint())
-            self.reconciler = Reconciler(work, self.provider, self._command_offsets(),
-                                         s.reconciler, judge=judge, metrics=self.metrics,
-                                         partitions=self.gate.serving)
+        self.recovering = self._recovering()
+        self.recovery, self.reconciler = self.recovering.recovery, self.recovering.reconciler
         self._spawn("projector", self._stop_projector, self._project)
         if self.publisher is not None:
             self._spawn("publisher", self._stop, self.publisher.run)
         if s.loops:
-            self._spawn("recovery", self._stop, self.recovery.run)
+            for name, body in self.recovering.loops():
+                self._spawn(name, self._stop, body)
             if s.expiry is not None:
                 expirer = Expirer(self.logs["work"], self.reader, s.expiry, self.gate.positions)
                 self._spawn("expiry", self._stop, expirer.run)
-            if self.reconciler is not None:
-                self._spawn("reconciler", self._stop, self.reconciler.run)
         self._spawn("metrics", self._stop, self._observe)
-        self._spawn("membership", self._stop, self._refresh_membership)
+        self._spawn("membership", self._stop, lambda stop: self.grouping.follow(
+            stop, s.membership_every_s, self.url, s.standbys))
         self._spawn("log-watch", self._stop, self._watch_log(api_log.identity()))
         logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
         return self
@@ -239,13 +235,21 @@ class Node:
 
     def health_details(self) -> dict[str, object]:
         """What ``/healthz`` reports besides the log's figures (no I/O on the log)."""
+        s = self.settings
         details: dict[str, object] = {"url": self.url, "partitions": self.gate.held(),
                                       "projection": bool(self.gate.held()),
                                       "projected_offsets": self.gate.positions(),
-                                      "standbys": self.standbys()}
+                                      "standbys": self.standbys(), "recovers": s.recovers,
+                                      "reconciles": self.reconciler is not None}
         if self.failed:
             details["failed_loops"] = list(self.failed)
         return details
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """``/readyz``: whether this node serves its share, and why not (no I/O)."""
+        return readiness(joined=self.grouping.joined(), group=self.grouping.group,
+                         held=self.gate.held(), restore_left=self.gate.restore_left,
+                         failed=self.failed)
 
     def read_log_figures(self, log: str = "api") -> LogFigures:
         """The log's end offsets and the projector lag now (blocking); kept as the last
@@ -257,77 +261,35 @@ class Node:
 
     def run_pass(self) -> list[Handled]:
         """One recovery pass, then one reconciler pass (when ``loops`` is off)."""
-        with self._pass_lock:
-            self.recovery.run_once()
-            return self.reconciler.run_once() if self.reconciler is not None else []
+        return self.recovering.run_pass()
+
+    def recover_local(self, deadlines: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One recovery pass now over the partitions served here, with ``deadlines`` in
+        place of this node's (``POST /v1/recover``)."""
+        settings = None if deadlines is None else \
+            self.settings.recovery.with_deadlines(deadlines)
+        return self.recovering.recover_now(settings, self.url)
 
     # -- internals -----------------------------------------------------------------------
 
-    def _assignment(self) -> tuple[RecordSource, Membership]:
-        """The consumer group where the log has one (Kafka), else every partition here."""
-        kafka = _kafka_settings(self.logs["projector"])
-        source: RecordSource
-        if kafka is None:
-            from effectlog.log.source import LogSource
-
-            source = LogSource(self.logs["projector"])
-            source.start(self._assignments())
-            return source, SoloMembership(self.url, self.partition_count)
-        from effectlog.log.kafka.group import GroupMembership, GroupSettings, GroupSource
-
-        s = self.settings
-        group = GroupSettings(s.group or f"{kafka.prefix}.serve", self.url,
-                              session_timeout_ms=s.session_timeout_ms,
-                              heartbeat_interval_ms=max(100, s.session_timeout_ms // 6))
-        self._group_source = source = GroupSource(kafka, group)
-        if s.standbys > 0:
-            from consumers.node.standby import WithStandbys
-
-            standby_log = self._open(open_log(self.log_url))
-            source = WithStandbys(self._group_source, standby_log, self.projector)
-        source.start(self._assignments())
-        return source, GroupMembership(kafka, group)
+    def _recovering(self) -> NodeRecovery:
+        """Recovery (and with a provider the reconciler) over the partitions served here."""
+        s, work = self.settings, self.logs["work"]
+        if not s.recovers:
+            return NodeRecovery.off(self.gate)
+        judge = None if work.conditional else NodeJudge(self.judge, worker_fingerprint())
+        return NodeRecovery.build(
+            log=work, reader=self.reader, gate=self.gate, state_dir=s.state_dir,
+            settings=s.recovery, reconciler=s.reconciler, provider=self.provider, judge=judge,
+            offsets=lambda: self.grouping.command_offsets(s.state_dir, self._open),
+            metrics=self.metrics, keep=self._open)
 
     def _assignments(self) -> Assignments:
         return Assignments(self.projector, self.gate, self.publisher, self.logs["projector"])
 
-    def _command_offsets(self) -> CommandOffsets:
-        """On a consumer group the commands offsets are the group's, so they move with the
-        partition; alone, a local file."""
-        if self._group_source is None:
-            return self._open(OffsetStore(consumer_db_path(self.settings.state_dir,
-                                                           "reconciler")))
-        from effectlog.log.kafka.group import GroupCommandOffsets, GroupSource
-
-        assert isinstance(self._group_source, GroupSource)
-        return GroupCommandOffsets(self._group_source)
-
-    def _refresh_membership(self, stop: threading.Event) -> None:
-        """Re-read who owns what every few seconds, and at once after our own rebalance."""
-        rebalanced = getattr(self._group_source, "rebalanced", None)
-        while not stop.is_set():
-            self.membership.refresh()
-            self._plan_standbys()
-            if isinstance(rebalanced, threading.Event):
-                if rebalanced.wait(self.settings.membership_every_s):
-                    rebalanced.clear()
-                    stop.wait(0.2)  # let the rest of the group finish the same rebalance
-            else:
-                stop.wait(self.settings.membership_every_s)
-
-    def _plan_standbys(self) -> None:
-        from consumers.node.standby import WithStandbys, standby_partitions
-
-        if isinstance(self.source, WithStandbys):
-            self.source.want(standby_partitions(self.membership.owners(),
-                                                self.membership.members(), self.url,
-                                                self.settings.standbys))
-
     def standbys(self) -> dict[int, int]:
         """The partitions this node keeps warm for other members, with their next offset."""
-        held: list[int] = getattr(self.source, "held", [])
-        writers = self.store.writers()
-        return {p: writers[p].next_offset for p in held if p in writers}
+        return self.grouping.standbys(self.store.writers())
 
     def _watch_log(self, bound: str | None) -> Callable[[threading.Event], None]:
         def body(stop: threading.Event) -> None:
@@ -390,16 +352,6 @@ class Node:
         from projections.rocksdb.layout import hold
 
         self._lock_file = hold(self.settings.state_dir, "effectlog serve")
-
-
-def _kafka_settings(log: EventLog) -> KafkaSettings | None:
-    """The settings of a Kafka log (whose backend has consumer groups), else None; other
-    logs are told apart without importing the Kafka client."""
-    kafka = sys.modules.get("effectlog.log.kafka.log")
-    if kafka is None or not isinstance(log, kafka.KafkaLog):
-        return None
-    settings: KafkaSettings = log.settings
-    return settings
 
 
 def _join(threads: list[threading.Thread], within_s: float) -> list[str]:

@@ -4,8 +4,8 @@ them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from consumers.node.forwarding import Membership
@@ -67,8 +67,16 @@ class ServedNode(Protocol):
         """What ``/healthz`` reports besides the log's figures."""
         ...
 
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Whether it serves its share of the partitions, and why not (no I/O)."""
+        ...
+
     def read_log_figures(self, log: str = "api") -> LogFigures:
         """The log's end offsets and the projector lag now (blocking)."""
+        ...
+
+    def recover_local(self, deadlines: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One recovery pass now over the partitions served here (blocking)."""
         ...
 
     def refresh_metrics(self) -> None:

@@ -109,11 +109,14 @@ class WithStandbys(RecordSource):
         """The group assigned ``partitions``: standby copies among them become owned."""
         with self._lock:
             self._owned.update(partitions)
-        for partition in partitions:
-            if partition in self._held:
-                self.standby.drop(partition)
-                self._held.discard(partition)
-                logger.info("partition %d: standby promoted", partition)
+        promoted = [p for p in partitions if p in self._held]
+        at = self.projector.next_offsets() if promoted else {}
+        for partition in promoted:
+            self.standby.drop(partition)
+            self._held.discard(partition)
+            logger.info("partition %d: standby promoted, applied up to offset %d (the tail "
+                        "since follows before it serves)", partition, at.get(partition, 0),
+                        extra={"partition": partition})
 
     def _demote(self, partitions: Sequence[int]) -> None:
         with self._lock:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 #: Snapshot fields that hold epoch milliseconds (shown as ISO-8601 UTC in tables).
-TIME_FIELDS = frozenset({"created_at", "occurred_at", "at"})
+TIME_FIELDS = frozenset({"created_at", "occurred_at", "logged_at", "at"})
 
 
 def iso_utc(ms: int) -> str:
@@ -27,13 +27,21 @@ def event_detail(event: dict[str, Any]) -> str:
     if transition == "APPROVE" and approval:
         return f"{approval['decision']} by {approval['by']}: {approval['reason']}"
     if transition == "RECORD" and outcome:
-        result = json.dumps(outcome["result"], sort_keys=True)
-        return f"{outcome['status']} ({outcome['source']}): {_clip(result)}"
+        return outcome_text(outcome)
     if event.get("error"):
         return str(event["error"])
     if transition == "CREATE" and event.get("payload_ref"):
         return f"payload ref {event['payload_ref']}"
     return ""
+
+
+def outcome_text(outcome: dict[str, Any], limit: int = 80) -> str:
+    """``SUCCEEDED (reconciler: re-dispatch): {"id": …}``: the status, who learned it and
+    the result (cut at ``limit`` characters)."""
+    from effectlog.model import recorded_by
+
+    result = json.dumps(outcome.get("result"), sort_keys=True)
+    return f"{outcome['status']} ({recorded_by(outcome.get('source'))}): {_clip(result, limit)}"
 
 
 def _clip(text: str, limit: int = 80) -> str:
@@ -44,6 +52,8 @@ def show_value(name: str, value: Any) -> str:
     """One snapshot field as a table cell: times as ISO-8601 UTC, structures as JSON."""
     if name in TIME_FIELDS and isinstance(value, int):
         return iso_utc(value)
+    if name == "outcome" and isinstance(value, dict) and "status" in value:
+        return outcome_text(value, limit=10_000)
     if isinstance(value, dict):
         return json.dumps({k: show_value(k, v) if k in TIME_FIELDS else v
                            for k, v in value.items()}, sort_keys=True)

@@ -88,6 +88,10 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+#: Commands that run as services and log at INFO unless ``--log-level`` says otherwise.
+SERVICES = frozenset({"serve"})
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log", "log_url", envvar="EFFECTLOG_LOG", show_envvar=True,
               default="sqlite:///./.effectlog/log.db", show_default=True,
@@ -96,7 +100,8 @@ class LazyGroup(click.Group):
               default="./.effectlog/state", show_default=True,
               help="Directory of the RocksDB projection.")
 @click.option("--log-level", envvar="EFFECTLOG_LOG_LEVEL", show_envvar=True, default="WARNING",
-              show_default=True, help="Logging level on stderr: DEBUG, INFO, WARNING, ERROR.")
+              show_default=True, help="Logging level on stderr: DEBUG, INFO, WARNING, ERROR "
+                                      "(serve: INFO unless given).")
 @click.option("--log-json/--log-text", envvar="EFFECTLOG_LOG_JSON", show_envvar=True,
               default=False, help="Log one JSON object per line instead of text.")
 @click.option("--timeout", "timeout_s", envvar="EFFECTLOG_TIMEOUT", show_envvar=True,
@@ -118,6 +123,9 @@ def cli(ctx: click.Context, log_url: str, state_dir: str, log_level: str, log_js
     from effectlog.redact import register_url_secrets
 
     register_url_secrets(log_url)
+    if ctx.invoked_subcommand in SERVICES and \
+            ctx.get_parameter_source("log_level") is ParameterSource.DEFAULT:
+        log_level = "INFO"  # a service says what it does: assignments, restores, recoveries
     try:
         configure_logging(log_level, json=log_json)
     except ValueError as exc:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -87,56 +86,49 @@ def _with(options: list[Callable[[F], F]]) -> Callable[[F], F]:
 @click.command()
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @_with(recovery_options)
+@click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
+              help="Ask the serve instances (comma-separated; env EFFECTLOG_SERVER) instead of "
+                   "a local projection: each runs the pass, with these deadlines, over the "
+                   "partitions it owns.")
 @click.option("--json", "as_json", is_flag=True, help="Report as JSON.")
 @click.pass_obj
 def recover(obj: CliContext, once: bool, stuck_after: str, kind_deadlines: tuple[str, ...],
-            command_timeout: str, as_json: bool) -> None:
-    """Find stuck effects in the projection and emit reconciliation commands."""
-    from consumers.bookkeeping import CommandLedger, consumer_db_path
-    from consumers.recovery import RecoveryConsumer
-    from effectlog.log.base import COMMANDS
-    from projections import open_reader
+            command_timeout: str, server: str | None, as_json: bool) -> None:
+    """Find stuck effects in the projection and emit reconciliation commands; say which
+    partitions the pass did not cover (exit 4)."""
+    from effectlog.cli.recover_passes import ClusterPasses, LocalPasses
 
     settings = recovery_settings(stuck_after, command_timeout, kind_deadlines)
-    log = obj.open_log()
-    log.verify()
-    log.end_offsets(COMMANDS)  # an unreachable log is named first, within --timeout
-    reader = open_reader(obj.state_dir)
-    if not reader.exists:
-        reader.close()
-        log.close()
-        fail(f"no projection under {Path(obj.state_dir).absolute()}: run `effectlog project` "
-             "(or `effectlog serve`) first", EXIT_UNAVAILABLE)
-    ledger = CommandLedger(consumer_db_path(obj.state_dir, "recovery"))
-    consumer = RecoveryConsumer(log, reader, ledger, settings)
+    passes = ClusterPasses(server, settings, obj.timeout_s) if server else \
+        LocalPasses.open(obj, settings)
     try:
         if not once:
             click.echo(f"effectlog recover: a pass every {settings.poll_s:g}s until SIGTERM "
                        "(--once for one pass)", err=True)
-            consumer.run(stop_on_signals())
+            passes.run(stop_on_signals(), settings.poll_s)
             return
-        result = consumer.run_once()
+        report = passes.once()
     finally:
-        ledger.close()
-        reader.close()
-        log.close()
-    rows = [{"idempotency_key": c.idempotency_key, "state": c.observed_state,
-             "fencing_epoch": c.observed_epoch, "attempt": c.attempt,
-             "command_id": c.command_id, "reason": c.reason} for c in result.issued]
+        passes.close()
+    rows = report["issued"]
     if as_json:
-        emit_json({"issued": rows, "outstanding": result.outstanding,
-                   "backing_off": result.backing_off, "truncated": result.truncated})
-        return
-    for row in rows:
-        click.echo(f"reconcile {row['idempotency_key']}  ({row['reason']})")
-    click.echo(f"{len(rows)} command(s) issued, {result.outstanding} outstanding, "
-               f"{result.backing_off} backing off")
+        emit_json(report)
+    else:
+        for row in rows:
+            click.echo(f"reconcile {row['idempotency_key']}  ({row['reason']})")
+        click.echo(f"{len(rows)} command(s) issued, {report['outstanding']} outstanding, "
+                   f"{report['backing_off']} backing off")
+    if report["uncovered"]:
+        from effectlog.cli.recover_passes import uncovered_text
+
+        fail(uncovered_text(report["uncovered"], passes.hint), EXIT_UNAVAILABLE)
 
 
 @click.command()
-@click.option("--provider", "provider_spec", required=True, metavar="SPEC",
+@click.option("--provider", "provider_spec", envvar="EFFECTLOG_PROVIDER", required=True,
+              metavar="SPEC",
               help="module:factory, fake:///path/provider.db, http://host:port or "
-                   "mcp:///path/effects.toml")
+                   "mcp:///path/effects.toml (env EFFECTLOG_PROVIDER, as serve)")
 @click.option("--once", is_flag=True, help="Handle the commands there are now, then exit.")
 @click.option("--worker-id", default=None, help="Writer identity (default reconciler:HOST:PID).")
 @click.option("--auto-retry", multiple=True, metavar="KIND",
@@ -178,12 +170,13 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
                        "(--once for those there are now)", err=True)
             reconciler.run(stop_on_signals())
             return
-        handled = reconciler.run_once()
+        done = reconciler.run_pass()
     finally:
         offsets.close()
         if judge is not None:
             judge.close()
         log.close()
+    handled = done.handled
     for item in handled:
         row = {"idempotency_key": item.key, "action": item.action.value, "reason": item.reason,
                "state": item.state.value if item.state else None}
@@ -193,6 +186,10 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
             click.echo(f"{item.action.value:<15} {item.key} -> {row['state']}  ({item.reason})")
     if not as_json:
         click.echo(f"{len(handled)} command(s) handled")
+    if done.unreached:
+        from consumers.reconciler import unreached_text
+
+        fail(unreached_text(done.unreached), EXIT_UNAVAILABLE)
 
 
 @click.command()

@@ -58,9 +58,16 @@ def parse_http(text: str) -> tuple[str, int]:
                    "failover restores only the last moments.")
 @click.option("--session-timeout", default="6s", show_default=True, metavar="DUR",
               help="How long a silent member keeps its partitions (Kafka group session).")
-@click.option("--provider", "provider_spec", default=None, metavar="SPEC",
-              help="Run the reconciler against this provider (module:factory, fake:///path, "
-                   "http://host:port, mcp:///path/effects.toml).")
+@click.option("--provider", "provider_spec", envvar="EFFECTLOG_PROVIDER", default=None,
+              metavar="SPEC",
+              help="The provider that settles effects in doubt on the partitions this "
+                   "instance owns: recovery and the reconciler run against it (module:factory, "
+                   "fake:///path, http://host:port, mcp:///path/effects.toml; env "
+                   "EFFECTLOG_PROVIDER). Required unless --no-recovery.")
+@click.option("--no-recovery", "no_recovery", is_flag=True,
+              help="Run neither recovery nor the reconciler here: an instance that only "
+                   "projects, judges and answers. Effects in doubt on the partitions it owns "
+                   "are then settled by nobody: give every member of a group the same choice.")
 @click.option("--console-users", envvar="EFFECTLOG_CONSOLE_USERS", default=None, metavar="FILE",
               help="People who may retry or abandon effects in the web console, each with "
                    "their own name and password (hashed), recorded under that name: a file "
@@ -88,7 +95,7 @@ def parse_http(text: str) -> tuple[str, int]:
               help="Opt a payment*/browser* kind into --auto-retry explicitly.")
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
-          standbys: int, session_timeout: str, provider_spec: str | None,
+          standbys: int, session_timeout: str, provider_spec: str | None, no_recovery: bool,
           console_users: str | None, console_token: str | None,
           expire_after: str | None, purge_after: str,
           metrics_port: int | None, metrics_host: str | None,
@@ -104,6 +111,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     from consumers.reconciler import ReconcilerSettings
     from effectlog.durations import parse_duration_ms
 
+    recovers = _recovers(provider_spec, no_recovery)
     host, port = parse_http(http)
     host, port = metrics_host or host, port if metrics_port is None else metrics_port
     recovery = recovery_settings(stuck_after, command_timeout, kind_deadlines, poll)
@@ -118,7 +126,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         group=group, standbys=standbys, session_timeout_ms=parse_duration_ms(session_timeout),
         recovery=recovery,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
-        observe_every_s=max(recovery.poll_s, 1.0), expiry=expiry)
+        observe_every_s=max(recovery.poll_s, 1.0), expiry=expiry, recovers=recovers)
     provider = load_provider(provider_spec) if provider_spec else None
     users = Users.load(console_users) if console_users else None
     stop = stop_on_signals()
@@ -133,9 +141,9 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         node.close()
         raise
     click.echo(f"effectlog serve: query API, metrics on {node.url} (/v1/effects, /metrics, "
-               f"/healthz; web console at / "
-               f"{'with decisions' if users or console_token else 'read-only'})",
-               err=True)
+               f"/healthz, /readyz; web console at / "
+               f"{'with decisions' if users or console_token else 'read-only'}); "
+               f"{_recovery_line(provider_spec)}", err=True)
     while not stop.wait(0.2) and not node.crashed.is_set():
         pass
     click.echo("effectlog serve: stopping", err=True)
@@ -150,6 +158,26 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         logging.shutdown()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _recovers(provider_spec: str | None, no_recovery: bool) -> bool:
+    """Whether serve runs recovery: with a provider, or not at all when told so; neither is
+    refused (an instance that silently recovers nothing leaves its partitions in doubt)."""
+    if provider_spec and no_recovery:
+        raise InvalidInput("--provider and --no-recovery contradict each other: pick one")
+    if not provider_spec and not no_recovery:
+        raise InvalidInput("serve recovers the partitions it owns and needs the provider that "
+                           "settles them: pass --provider SPEC (or set EFFECTLOG_PROVIDER), or "
+                           "--no-recovery for an instance that only projects and answers")
+    return not no_recovery
+
+
+def _recovery_line(provider_spec: str | None) -> str:
+    from effectlog.redact import redact_url
+
+    if provider_spec is None:
+        return "no recovery here (--no-recovery)"
+    return f"recovery and reconciler for the partitions it owns, provider {redact_url(provider_spec)}"
 
 
 def _stop(node: Node) -> tuple[list[str], bool]:

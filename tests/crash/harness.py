@@ -237,7 +237,9 @@ class Env:
     def cli(self, *args: str, log_url: str | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "effectlog.cli.main", "--log", log_url or self.log_url,
                "--state", str(self.state_dir), *args]
-        judged = {"EFFECTLOG_SERVER": self.server} if self.server else {}
+        # recover reads this test's own projection (EFFECTLOG_SERVER would ask the cluster)
+        judged = {"EFFECTLOG_SERVER": self.server} if self.server and args[0] != "recover" \
+            else {}
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                               timeout=STEP_TIMEOUT_S * 2, env={**os.environ, **judged})
 

@@ -248,7 +248,11 @@ def test_a_standby_copy_is_promoted_with_nothing_left_to_restore(kafka_url: str,
         wait_until(lambda: survivor.serving() == list(range(PARTITIONS)), SESSION_S + 30,
                    "the survivor serves every partition")
         assert _restored_records(survivor) == restored_before  # promoted: no tail to apply
-        assert "standby promoted" in survivor.err_path.read_text()
+        err = survivor.err_path.read_text()
+        for partition in moved:  # said at INFO: who got what, promoted where, serving
+            assert f"partition {partition}: standby promoted, applied up to offset " in err, err
+            assert f"partition {partition} serving: restored 0 records" in err, err
+        assert "assigned partition(s) " in err
         assert all(answer(f"{survivor.url}/v1/effects/{k}")[0] == 200 for k in workload.keys)
         assert moved
     finally:

@@ -195,7 +195,7 @@ def pausing_serve(tmp_path: Path, name: str, url: str, point: str, on: int = 2,
          str(on), *(("--release-file", str(release)) if release else ()), "--", "--log", url,
          "--state", str(tmp_path / f"state-{name}"),
          "--log-level", "INFO", "serve", "--http", f"127.0.0.1:{port}",
-         "--session-timeout", "6s"],
+         "--session-timeout", "6s", "--no-recovery"],
         stdout=subprocess.DEVNULL, stderr=err.open("w"), stdin=subprocess.DEVNULL)
     return process, err, f"http://127.0.0.1:{port}"
 

@@ -11,6 +11,7 @@ import pytest
 
 from consumers.approvals import approve
 from consumers.policy import ApprovalPolicy
+from consumers.table import Action
 from effectlog.errors import IllegalTransition, InvalidInput, NotFound
 from effectlog.log import EventLog, open_log
 from effectlog.model import Decision, State, Transition
@@ -37,6 +38,44 @@ def test_retry_decision_returns_the_effect_to_reserved_with_who_and_why(log: Eve
     assert (event.approval.by, event.worker_id) == ("alice", "approval:alice")
     last = Worker(log, "reader").history(key)[-1]
     assert last.transition is Transition.APPROVE and last.approval == event.approval
+
+
+def test_a_retry_decision_asks_the_reconciler_at_once_and_it_sends_it(tmp_path: Path) -> None:
+    """No recovery pass, no deadline: the decision's own command is enough for the
+    reconciler to send the effect again with its key; an abandon asks for nothing."""
+    from tests.recovery_support import Harness
+
+    h = Harness(tmp_path, f"sqlite:///{tmp_path}/log.db")
+    retried = stuck(h.worker, "a-now", State.AWAITING_APPROVAL)
+    dropped = stuck(h.worker, "a-drop", State.AWAITING_APPROVAL)
+    decided = approve(h.log, retried, "retry", "alice", "the outbox shows nothing sent")
+    approve(h.log, dropped, "abandon", "alice", "customer cancelled")
+    (handled,) = h.reconciler().run_once()  # no recovery pass ran: the decision's command
+    assert (handled.key, handled.action, handled.state) == (retried, Action.DISPATCH,
+                                                            State.SUCCEEDED)
+    final = h.worker.get(retried)
+    assert final is not None and final.outcome is not None
+    assert final.outcome.source == "redispatch" and final.fencing_epoch == decided.fencing_epoch + 1
+    assert h.provider.executions(retried) == 1 and h.provider.calls(dropped) == 0
+
+
+def test_a_retry_decision_stands_when_the_reconciler_cannot_be_asked(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from effectlog.errors import BackendUnavailable
+    from effectlog.log.base import COMMANDS
+
+    key = stuck(Worker(log, "w1"), "a-lost", State.AWAITING_APPROVAL)
+    real_append = log.append
+
+    def commands_down(topic: str, k: str, value: bytes) -> object:
+        if topic == COMMANDS:
+            raise BackendUnavailable("commands topic unreachable")
+        return real_append(topic, k, value)
+
+    monkeypatch.setattr(log, "append", commands_down)
+    event = approve(log, key, "retry", "alice", "checked")  # recovery takes it up later
+    assert event.state is State.RESERVED
+    assert log.end_offsets(COMMANDS) == {0: 0}
 
 
 def test_abandon_decision_ends_an_unknown_effect(log: EventLog) -> None:

@@ -25,7 +25,7 @@ COMMANDS = [
     ("rebuild",), ("recover", "--once"), ("approve", KEY, "--decision", "retry", "--by", "a",
                                           "--reason", "b"),
     ("reconcile", "--once", "--provider", "fake:///provider.db"), ("replay",),
-    ("serve", "--metrics-port", "0"), ("demo", "--operations", "2"),
+    ("serve", "--metrics-port", "0", "--no-recovery"), ("demo", "--operations", "2"),
 ]
 
 

@@ -136,9 +136,10 @@ def test_get_shows_iso_times_in_the_table_and_epoch_ms_in_json(tmp_path: Path,
                                                                effects: list[str]) -> None:
     table = run(tmp_path, "get", effects[0])
     assert table.returncode == 0, table.stderr
-    assert len(ISO.findall(table.stdout)) == 2  # created_at, occurred_at
+    assert len(ISO.findall(table.stdout)) == 3  # created_at, logged_at, occurred_at
     shown = json.loads(run(tmp_path, "get", effects[0], "--json").stdout)
     assert isinstance(shown["created_at"], int) and isinstance(shown["occurred_at"], int)
+    assert isinstance(shown["logged_at"], int)
 
 
 def test_demo_prints_the_approve_command_for_every_effect_awaiting_a_decision() -> None:

@@ -246,3 +246,22 @@ def test_without_a_token_the_console_is_read_only(tmp_path: Path, workload: Work
     finally:
         node.stop()
         node.close()
+
+
+def test_an_outcome_says_who_recorded_it(node: Node, http: urllib3.PoolManager,
+                                         log: EventLog) -> None:
+    from effectlog.worker import Worker
+
+    w = Worker(log, "reconciler:host-1:42")
+    key = w.create("run-0050-1", "email.send", "mailto:z@example.com", {"n": 1}).idempotency_key
+    w.reserve(key)
+    w.dispatch(key)
+    w.record(key, "succeeded", {"message_id": "m-50"}, source="redispatch")
+    deadline, status, page = time.monotonic() + 30, 0, ""
+    while status != 200 and time.monotonic() < deadline:
+        status, page = _get(http, _page(node, key))
+        time.sleep(0.05)
+    assert status == 200, page
+    assert "SUCCEEDED (reconciler: re-dispatch)" in page  # the summary
+    assert "SUCCEEDED (reconciler: re-dispatch): " in page  # the RECORD row
+    assert "(redispatch)" not in page and "(worker)" not in page

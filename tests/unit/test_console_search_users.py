@@ -158,7 +158,9 @@ def test_a_decision_is_recorded_under_the_logged_in_name_and_says_what_comes_nex
     _, after = _get(http, node.url + done.headers["Location"], Cookie=cookie)
     assert "Decision recorded: RETRY by ada" in after
     found = re.search(r'<p class="banner next" id="next">([^<]+)</p>', after)
-    assert found is not None and "Next: recovery takes it up at" in found.group(1)
+    assert found is not None and "Next: the reconciler of its partition sends it again" \
+        in found.group(1), after
+    assert "recovery takes it up at" in found.group(1)
     assert "120s after the decision" in found.group(1) and "epoch 2" in found.group(1)
 
 
@@ -166,9 +168,11 @@ def test_next_steps_name_who_sends_a_retry_and_when() -> None:
     retried = {"state": "RESERVED", "approval": {"decision": "RETRY", "by": "ada"},
                "occurred_at": 1_000_000, "kind": "payment.charge", "fencing_epoch": 3}
     alone = next_step(retried, reconciles=False, deadline_s=300, poll_s=5, now_ms=1_000_000)
-    assert alone is not None and "started without --provider" in alone
+    assert alone is not None and "started with --no-recovery" in alone
     soon = next_step(retried, reconciles=True, deadline_s=300, poll_s=5, now_ms=1_060_000)
-    assert soon is not None and "(in 4m 00s)" in soon and "within 5s" in soon
+    assert soon is not None and "sends it again with the same key at epoch 3 within seconds" \
+        in soon
+    assert "(in 4m 00s)" in soon and "within 5s" in soon
     abandoned = next_step({**retried, "state": "ABANDONED"}, reconciles=True, deadline_s=300,
                           poll_s=5, now_ms=0)
     assert abandoned == "Done: abandoned by ada; nothing will be sent."
@@ -204,7 +208,8 @@ def test_serve_refuses_a_users_file_that_does_not_parse_with_one_line(tmp_path: 
     bad.write_text("dana:hunter2\n")
     done = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log",
                            f"sqlite:///{tmp_path}/log.db", "--state", str(tmp_path / "state"),
-                           "serve", "--http", "127.0.0.1:0", "--console-users", str(bad)],
+                           "serve", "--http", "127.0.0.1:0", "--console-users", str(bad),
+                           "--no-recovery"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "expected name:scrypt" in done.stderr

@@ -122,6 +122,12 @@ def test_serve_starts_after_topics_were_created() -> None:
     command = serve["command"]
     assert command[command.index("--metrics-host") + 1] == "0.0.0.0"
     assert command[command.index("--metrics-port") + 1] == str(METRICS_PORT)
+    assert ("--provider" in command) != ("--no-recovery" in command)  # serve refuses neither
+
+
+def test_the_images_default_serve_says_whether_it_recovers() -> None:
+    (cmd,) = instructions("CMD")
+    assert ("--provider" in cmd) != ("--no-recovery" in cmd), cmd
 
 
 def test_effectlog_services_share_one_kafka_url_the_code_accepts() -> None:

@@ -380,17 +380,37 @@ def _serve(args: list[str], tmp: Path, ready: str) -> subprocess.CompletedProces
 
 def test_serve_0_stops_on_sigterm(fresh: World) -> None:
     done = _serve(["--log", fresh.log, "--state", str(fresh.state), "serve", "--metrics-port",
-                   str(free_port())], fresh.tmp, "metrics on")
+                   str(free_port()), "--no-recovery"], fresh.tmp, "metrics on")
     expect(done, OK)
+    assert "no recovery here (--no-recovery)" in done.stderr
+    assert " INFO " in done.stderr and "partition 0 serving" in done.stderr  # serve logs INFO
+
+
+def test_serve_0_recovers_with_the_provider_named_in_the_environment(
+        fresh: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EFFECTLOG_PROVIDER", f"fake:///{fresh.tmp / 'provider.db'}")
+    done = _serve(["--log", fresh.log, "--state", str(fresh.state), "serve",
+                   "--metrics-port", str(free_port())], fresh.tmp, "metrics on")
+    expect(done, OK)
+    assert "recovery and reconciler for the partitions it owns, provider fake:///" in done.stderr
 
 
 def test_serve_2_bad_poll(world: World) -> None:
-    expect(world.run("serve", "--poll", "often"), USAGE, "invalid duration")
+    expect(world.run("serve", "--poll", "often", "--no-recovery"), USAGE, "invalid duration")
+
+
+def test_serve_2_without_a_provider_or_no_recovery(world: World,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EFFECTLOG_PROVIDER", raising=False)
+    expect(world.run("serve", "--metrics-port", str(free_port())), USAGE,
+           "pass --provider SPEC (or set EFFECTLOG_PROVIDER), or --no-recovery")
+    expect(world.run("serve", "--no-recovery", "--provider", "fake:///p.db"), USAGE,
+           "--provider and --no-recovery contradict")
 
 
 def test_serve_4_log_missing(world: World, tmp_path: Path) -> None:
-    expect(world.run("serve", "--metrics-port", str(free_port()), log=missing(tmp_path)),
-           UNAVAILABLE, "was built from log")
+    expect(world.run("serve", "--metrics-port", str(free_port()), "--no-recovery",
+                     log=missing(tmp_path)), UNAVAILABLE, "was built from log")
 
 
 def test_fake_provider_serve_0_stops_on_sigterm(tmp_path: Path) -> None:

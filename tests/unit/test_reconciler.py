@@ -62,6 +62,34 @@ def test_dispatched_not_found_with_complete_lookup_is_retried_once(h: Harness) -
     assert h.provider.executions(key) == 1
 
 
+def test_each_outcome_says_who_learned_it() -> None:
+    """The reconciler's re-dispatch, its lookup and the worker's own call are told apart
+    on the RECORD event, and named so wherever an outcome is shown."""
+    from effectlog.model import recorded_by
+
+    assert [recorded_by(s) for s in ("worker", "lookup", "redispatch", None, "other")] == [
+        "worker", "reconciler: lookup", "reconciler: re-dispatch", "worker", "other"]
+
+
+def test_a_redispatch_and_a_lookup_are_recorded_as_such(tmp_path: Path) -> None:
+    h = Harness(tmp_path, f"sqlite:///{tmp_path}/log.db")
+    sent = stuck(h.worker, "src-sent", State.RESERVED)
+    failed = stuck(h.worker, "src-failed", State.RESERVED, payload={"_fake_fail": "bounced"})
+    looked = stuck(h.worker, "src-looked", State.DISPATCHED)
+    h.crash_after_provider_call(looked)
+    own = stuck(h.worker, "src-own", State.DISPATCHED)
+    h.worker.record(own, State.SUCCEEDED, {"id": "by-the-worker"})
+    h.recover_and_reconcile()
+    sources = {}
+    for key in (sent, failed, looked, own):
+        final = h.worker.get(key)
+        assert final is not None and final.outcome is not None, key
+        sources[key] = (final.state, final.outcome.source)
+    assert sources == {sent: (State.SUCCEEDED, "redispatch"),
+                       failed: (State.FAILED, "redispatch"),
+                       looked: (State.SUCCEEDED, "lookup"), own: (State.SUCCEEDED, "worker")}
+
+
 def test_dispatched_not_found_with_incomplete_lookup_becomes_unknown(tmp_path: Path) -> None:
     h = Harness(tmp_path, f"sqlite:///{tmp_path}/log.db", lookup_complete=False)
     key = stuck(h.worker, "row3b", State.DISPATCHED)
@@ -172,3 +200,60 @@ def test_recovery_through_the_real_rocksdb_projection(tmp_path: Path) -> None:
     actions = {x.key: x.action for x in h.recover_and_reconcile()}
     assert actions == {reserved: Action.DISPATCH, unknown: Action.AWAIT_APPROVAL}
     assert h.provider.executions(reserved) == 1 and h.provider.executions(unknown) == 0
+
+
+def test_a_pass_goes_on_past_a_partition_it_cannot_reach_and_names_it(h: Harness) -> None:
+    """A partition whose commands cannot be read or judged now (its owner moving, the log
+    away) is named; the other partitions' commands are handled in the same pass, and the
+    unreached one's on a later pass, each once."""
+    from consumers.commands import ReconciliationCommand
+    from effectlog.errors import BackendUnavailable
+    from effectlog.log.base import COMMANDS
+
+    first, second = (stuck(h.worker, op, State.RESERVED) for op in ("reach-1", "reach-2"))
+    for key in (first, second):
+        current = h.worker.get(key)
+        assert current is not None
+        h.log.append(COMMANDS, key, ReconciliationCommand.for_event(current, 1, "test").encode())
+
+    class Unreachable:
+        """The log as a reconciler of two commands partitions sees it, partition 1 away."""
+
+        def __init__(self) -> None:
+            self.away = True
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(h.log, name)
+
+        def partitions(self, topic: str) -> int:
+            return 2 if topic == COMMANDS else h.log.partitions(topic)
+
+        def read(self, topic: str, partition: int, *args: object) -> object:
+            if topic == COMMANDS and partition == 1:
+                if self.away:
+                    raise BackendUnavailable("partition 1: no leader")
+                return []
+            return h.log.read(topic, partition, *args)  # type: ignore[arg-type]
+
+    log = Unreachable()
+    reconciler = h.reconciler()
+    reconciler.log = log  # type: ignore[assignment]
+    judged = reconciler.worker.get
+
+    def judge(key: str) -> object:
+        if key == second and log.away:
+            raise BackendUnavailable("the judge of partition 0 did not answer")
+        return judged(key)
+
+    reconciler.worker.get = judge  # type: ignore[method-assign]
+    done = reconciler.run_pass()
+    assert [(x.key, x.action) for x in done.handled] == [(first, Action.DISPATCH)]
+    assert done.unreached == {0: "the judge of partition 0 did not answer",
+                              1: "partition 1: no leader"}
+    with pytest.raises(BackendUnavailable, match=r"partition\(s\) 0 \(the judge"):
+        reconciler.run_once()
+    log.away = False
+    again = reconciler.run_pass()
+    assert [(x.key, x.action) for x in again.handled] == [(second, Action.DISPATCH)]
+    assert again.unreached == {}
+    assert (h.provider.executions(first), h.provider.executions(second)) == (1, 1)

@@ -57,6 +57,11 @@ def test_crashed_worker_recover_reconcile_history(tmp_path: Path) -> None:
         ("CREATE", 0), ("RESERVE", 1), ("DISPATCH", 1), ("CLAIM", 2), ("DISPATCH", 2),
         ("RECORD", 2)]
     assert history[-1]["worker_id"].startswith("reconciler:")
+    assert history[-1]["outcome"]["source"] == "redispatch"
+    table = cli(tmp_path, "history", key).stdout
+    assert "SUCCEEDED (reconciler: re-dispatch)" in table and "(worker)" not in table
+    shown = cli(tmp_path, "get", key).stdout
+    assert "SUCCEEDED (reconciler: re-dispatch)" in shown, shown
 
 
 def test_bad_recovery_arguments_exit_2(tmp_path: Path) -> None:

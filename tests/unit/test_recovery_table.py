@@ -94,6 +94,14 @@ def test_awaiting_approval_waits_unless_the_provider_confirms() -> None:
     assert decide(Facts(S.AWAITING_APPROVAL, L.CONFIRMED)).action is Action.RECORD
 
 
+def test_the_reason_says_what_the_lookup_answered() -> None:
+    complete = decide(Facts(S.AWAITING_APPROVAL, L.NOT_FOUND, lookup_complete=True))
+    assert complete.action is Action.WAIT
+    assert complete.reason.startswith("not found by a complete lookup: ")
+    partial = decide(Facts(S.AWAITING_APPROVAL, L.NOT_FOUND, lookup_complete=False))
+    assert partial.reason.startswith("not found, and the provider's lookup is not complete")
+
+
 @pytest.mark.parametrize("state", [S.CREATED, S.SUCCEEDED, S.FAILED, S.ABANDONED])
 def test_states_that_are_not_stuck_are_skipped(state: State) -> None:
     assert decide(Facts(state, L.CONFIRMED)).action is Action.SKIP

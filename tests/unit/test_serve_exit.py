@@ -72,7 +72,8 @@ def test_serve_exits_with_the_code_of_the_loop_that_died(tmp_path: Path, raise_:
     done = subprocess.run(
         [sys.executable, "-c", SERVE_WITH_A_DYING_LOOP.format(raise_=raise_),
          "--log", f"sqlite:///{tmp_path}/log.db", "--state", str(tmp_path / "state"),
-         "serve", "--http", "127.0.0.1:0"],
+         "--log-level", "WARNING", "serve", "--http", "127.0.0.1:0",
+         "--provider", f"fake:///{tmp_path}/provider.db"],
         capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == code, done.stderr[-2000:]

@@ -61,6 +61,7 @@ class Settler:
 
     def start(self) -> Settler:
         self.node.start()
+        assert self.node.recovery is not None  # the demo's node recovers
         self.node.recovery.clock = lambda: now_ms() + 1
         self._thread.start()
         return self
@@ -70,6 +71,7 @@ class Settler:
         (RESERVED, DISPATCHED or UNKNOWN). False if that did not happen in time."""
         self._stop_loop.set()
         self._thread.join()
+        assert self.node.recovery is not None
         self.node.recovery.settings = _FINAL
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:

@@ -93,6 +93,7 @@ class GroupSource(RecordSource):
         self._consumer: Consumer | None = None
         self._listener: AssignmentListener | None = None
         self.rebalanced = threading.Event()  # set on every assignment change
+        self.joined = threading.Event()  # set once the group gave this member its share
         # Consumed offsets of the commands partitions that go with the assigned events
         # partitions: read from the group at assignment, committed from the polling thread
         # (confluent-kafka's consumer calls wait for each other across threads).
@@ -206,6 +207,11 @@ class GroupSource(RecordSource):
 
     def _on_assign(self, consumer: Consumer, tps: list[TP]) -> None:
         partitions = sorted(tp.partition for tp in tps)
+        if partitions or not self.joined.is_set():
+            log.info("group %s assigned %s to this member", self.group.group,
+                     f"partition(s) {_listed(partitions)}" if partitions else "no partition",
+                     extra={"partitions": partitions})
+        self.joined.set()
         if not partitions or self._listener is None:
             return
         starts = self._taken(consumer, partitions, self._listener)
@@ -240,6 +246,10 @@ class GroupSource(RecordSource):
 
     def _hand_back(self, consumer: Consumer, tps: list[TP], *, lost: bool) -> None:
         partitions = sorted(tp.partition for tp in tps)
+        if partitions:
+            log.info("group %s %s partition(s) %s", self.group.group,
+                     "lost (this member's session expired):" if lost else "revoked",
+                     _listed(partitions), extra={"partitions": partitions})
         if partitions and self._listener is not None:
             self._listener.revoked(partitions, lost=lost)
         if not lost:  # still a member of this generation: hand our progress over
@@ -356,3 +366,7 @@ def _record(partition: int, offset: int, msg: Message) -> Record:
     key = msg.key()
     return Record(EVENTS, partition, offset, key.decode("utf-8") if key else "",
                   msg.value() or b"", stamp if kind else 0)
+
+
+def _listed(partitions: list[int]) -> str:
+    return ", ".join(str(p) for p in partitions)
