@@ -188,6 +188,11 @@ class Projector:
 
     # -- state ---------------------------------------------------------------------------
 
+    def writers(self) -> dict[int, PartitionWriter]:
+        """The partitions whose assignment is complete (opened, and restored when needed),
+        by number: what a changelog publisher may publish (any thread)."""
+        return self._writers.copy()  # one C call: safe against the projector thread
+
     @property
     def assignment(self) -> list[int]:
         """The partitions open here now."""

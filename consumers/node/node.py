@@ -130,7 +130,9 @@ class Node:
                                               on_applied=self.gate.applied))
         changelog = self.logs["projector"].changelog()
         self.publisher = None if changelog is None else self._open(
-            Publisher(changelog, self.store.writers, api_log.identity()))
+            # the projector's writers, not the store's: a partition still being opened (its
+            # copy not yet checked against the changelog, or being restored) is not published
+            Publisher(changelog, self.projector.writers, api_log.identity()))
         if s.http_port is not None:
             self.server = HttpServer(s.http_host, s.http_port)
         self.url = s.advertise or (self.server.url if self.server else "local:")

@@ -131,9 +131,17 @@ class KafkaChangelogWriter(ChangelogWriter):
                                   f"{error_text(exc)}")
 
     def close(self) -> None:
-        with contextlib.suppress(KafkaException):
-            self._producer.abort_transaction(0.5)
-        self._producer.flush(0.5)
+        """Let go (best effort, never raises): what is not committed is aborted by the next
+        owner's ``init_transactions`` anyway. A producer that hit a fatal error (its
+        transaction outlived ``transaction.timeout.ms`` while the broker was away) raises
+        from every call, so nothing here may propagate into a rebalance callback."""
+        producer = self._producer
+        for step in (lambda: producer.abort_transaction(0.5), lambda: producer.purge(),
+                     lambda: producer.flush(0.5)):
+            try:
+                step()
+            except Exception as exc:  # KafkaException, or a fatal KafkaError
+                log.debug("closing changelog partition %d's writer: %s", self.partition, exc)
 
 
 class KafkaChangelog(Changelog):

@@ -162,8 +162,12 @@ class GroupSource(RecordSource):
     def close(self) -> None:
         """Leave the group (the partitions are revoked first, through the listener)."""
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
+        if consumer is None:
+            return
+        try:
             consumer.close()
+        except Exception as exc:  # what a revoke callback raised, raised again here
+            log.warning("leaving group %s: %s", self.group.group, exc)
 
     # -- consumed offsets of the commands topic -----------------------------------------
 

@@ -1,0 +1,106 @@
+"""The Kafka changelog writer's transaction handling, against a producer that fails the way
+librdkafka does when the transaction coordinator is paused (no broker needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from effectlog.errors import BackendUnavailable, Fenced
+from effectlog.log.kafka.changelog import KafkaChangelogWriter
+
+TIMED_OUT = KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to flush all outstanding "
+                                      "messages within the API timeout", retriable=True))
+REQUIRES_ABORT = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "3 message(s) timed out",
+                                           txn_requires_abort=True))
+FATAL = KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "invalid state", fatal=True))
+
+
+class Producer:
+    """Records the transactional calls; ``fail`` maps a call to the exceptions it raises next.
+    Like librdkafka, an abort while a commit is in progress is refused."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: dict[str, list[BaseException]] = {}
+        self.committing = False
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name == "abort_transaction" and self.committing:
+            raise KafkaException(KafkaError(KafkaError._CONFLICT, "Conflicting "
+                                            "commit_transaction API call is already in progress"))
+        queued = self.fail.get(name)
+        if queued:
+            raise queued.pop(0)
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append("produce")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.committing = True
+        self._call("commit_transaction")
+        self.committing = False
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort_transaction")
+        self.committing = False
+
+    def purge(self) -> None:
+        self._call("purge")
+
+    def flush(self, timeout: float) -> int:
+        self._call("flush")
+        return 0
+
+
+def writer(producer: Producer) -> KafkaChangelogWriter:
+    made = KafkaChangelogWriter.__new__(KafkaChangelogWriter)
+    made.settings = type("S", (), {"timeout_s": 1.0, "bootstrap": "127.0.0.1:9"})()  # type: ignore[assignment]
+    made.partition, made.name = 0, "t.state"
+    made._producer = producer  # type: ignore[assignment]
+    made._committing = False
+    return made
+
+
+def test_a_commit_that_timed_out_is_finished_by_the_next_publication_not_aborted() -> None:
+    producer = Producer()
+    producer.fail["commit_transaction"] = [TIMED_OUT]
+    changelog = writer(producer)
+    with pytest.raises(BackendUnavailable):
+        changelog.publish([(b"k", b"v")], b"checkpoint")
+    assert "abort_transaction" not in producer.calls  # librdkafka would refuse it
+    producer.calls.clear()
+    changelog.publish([(b"k", b"v")], b"checkpoint")  # the broker is back
+    assert producer.calls[:2] == ["commit_transaction", "begin_transaction"]
+    assert producer.calls[-1] == "commit_transaction"
+
+
+def test_a_commit_that_needs_an_abort_is_aborted_and_the_next_publication_starts_afresh() -> None:
+    producer = Producer()
+    producer.fail["commit_transaction"] = [TIMED_OUT, REQUIRES_ABORT]
+    changelog = writer(producer)
+    for _ in range(2):
+        with pytest.raises(BackendUnavailable):
+            changelog.publish([(b"k", b"v")], b"checkpoint")
+    assert producer.calls[-1] == "abort_transaction"
+    producer.calls.clear()
+    changelog.publish([(b"k", b"v")], b"checkpoint")
+    assert producer.calls[0] == "begin_transaction"
+
+
+def test_a_fatal_producer_is_fenced_and_closing_it_raises_nothing() -> None:
+    producer = Producer()
+    producer.fail["begin_transaction"] = [FATAL]
+    producer.fail["abort_transaction"] = [FATAL]
+    producer.fail["flush"] = [FATAL]
+    changelog = writer(producer)
+    with pytest.raises(Fenced):
+        changelog.publish([(b"k", b"v")], b"checkpoint")
+    changelog.close()  # inside a revoke callback: an exception here would escape the group
+    assert producer.calls[-3:] == ["abort_transaction", "purge", "flush"]
