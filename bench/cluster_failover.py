@@ -105,6 +105,11 @@ def readable(survivor: str, key: str) -> bool:
     return HTTP.request("GET", f"{survivor}/v1/effects/{key}").status == 200
 
 
+def last_status(survivor: str, key: str) -> str:
+    reply = HTTP.request("GET", f"{survivor}/v1/effects/{key}")
+    return f"{reply.status} {reply.data[:200]!r}"
+
+
 def judged(survivor: str, keys: list[str]) -> bool:
     """The judge (only an owner) answers a fresh question about every key."""
     body = json.dumps({"judge": worker_fingerprint(), "timeout_ms": 2000, "queries": [
@@ -141,7 +146,10 @@ def failover(url: str, keys: int, standbys: int, work: Path) -> tuple[float, flo
         while pending:  # every key readable (a standby's stale answer counts)
             pending = [k for k in pending if not readable(survivor, k)]
             if pending and time.monotonic() - killed > 600:
-                raise SystemExit("keys not readable within 600s")
+                survivor_log = (work / f"{standbys}-b.err").read_text()[-3000:]
+                raise SystemExit(f"{len(pending)} keys not readable within 600s (the last "
+                                 f"answered {last_status(survivor, pending[0])}); the "
+                                 f"survivor's log ends:\n{survivor_log}")
         reads = time.monotonic() - killed
         wait(lambda: judged(survivor, sample), 600, "verdicts on every key")
         verdicts = time.monotonic() - killed
