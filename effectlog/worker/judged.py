@@ -4,10 +4,14 @@ On a log without compare-and-append a writer cannot know at write time whether i
 wins: the order in the partition decides and the projector's rules judge it. So a write is
 appended, then the judge is asked about exactly the events appended (their event ids at the
 offsets the delivery reports named), and the write counts only when every one of them has a
-positive verdict. Every answer is checked against what this worker knows on its own (its key
-and partition, its events and offsets, the events topic it writes to, the fingerprint of the
-rules and schema it wrote with) before anything is built on it; an answer that fails a check
-raises, and nothing is acted on.
+positive verdict, except in a group written without atomicity (a worker's CREATE, RESERVE and
+DISPATCH: other writers' records may land between them), which counts when its last event is
+accepted: the rules accept one DISPATCH per claim, and only on its writer's claim, so that
+verdict alone says the worker may call, even when its CREATE lost to another writer's
+identical one (the key's state is then read afresh). Every answer is checked against what
+this worker knows on its own (its key and partition, its events and offsets, the events topic
+it writes to, the fingerprint of the rules and schema it wrote with) before anything is built
+on it; an answer that fails a check raises, and nothing is acted on.
 """
 
 from __future__ import annotations
@@ -51,10 +55,11 @@ class JudgedWrites:
         written = tuple(Written(p.offset, e.event_id)
                         for p, e in zip(positions, events, strict=True))
         answer = yield from self.ask(Query(key, written=written))
-        for verdict in answer.verdicts:
-            if not verdict.accepted:
-                raise Refused(key, answer.state, verdict.reason or "not accepted")
-        remember(self._own, key, Known(events[-1], True))
+        refused = [verdict for verdict in answer.verdicts if not verdict.accepted]
+        if not refused:
+            remember(self._own, key, Known(events[-1], True))
+        elif atomic or not answer.verdicts or not answer.verdicts[-1].accepted:
+            raise Refused(key, answer.state, refused[0].reason or "not accepted")
         return positions
 
     def forget(self, key: str) -> None:
