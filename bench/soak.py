@@ -202,7 +202,7 @@ def arrange(args: argparse.Namespace, work: Path, spec: str, env: dict[str, str]
     every = args.broker_every or ("40-80" if args.brokers == 1 else "20-40")
     return KafkaArrangement(work, spec, args.seed, env, serves=args.serves,
                             serve_uptime_s=serve_uptime, broker_every_s=_span(every),
-                            brokers=args.brokers)
+                            broker_kills=args.broker_kills, brokers=args.brokers)
 
 
 def _span(text: str) -> tuple[float, float]:
@@ -229,6 +229,9 @@ def main() -> int:
     parser.add_argument("--broker-every", default=None, metavar="A-B",
                         help="seconds between SIGKILLs of the Kafka broker (default 40-80), or "
                              "of a partition leader on a cluster (default 20-40)")
+    parser.add_argument("--broker-kills", type=int, default=None, metavar="N",
+                        help="stop killing brokers (or leaders) after N kills (default: no "
+                             "limit); sizes a short soak whose broker restarts dominate it")
     parser.add_argument("--dir", default=None, help="work directory (default: a fresh temp dir)")
     args = parser.parse_args()
     if args.brokers < 1 or args.brokers == 2:

@@ -120,11 +120,12 @@ class ServeUnderFire:
 
 class BrokerUnderFire:
     """SIGKILLs ``broker`` every seeded random ``every_s`` seconds and restarts it (same
-    ports, same data), until :meth:`stop`; the broker is left running."""
+    ports, same data), until :meth:`stop` or ``limit`` kills; the broker is left running."""
 
     def __init__(self, broker: KafkaBroker, rng: random.Random,
-                 every_s: tuple[float, float]) -> None:
+                 every_s: tuple[float, float], limit: int | None = None) -> None:
         self.broker = broker
+        self.limit = limit
         self.rng = rng
         self.every_s = every_s
         self.kills = 0
@@ -138,7 +139,7 @@ class BrokerUnderFire:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.rng.uniform(*self.every_s)):
+        while not self._stop.wait(self.rng.uniform(*self.every_s)) and not self._done():
             killed = time.monotonic()
             self.broker.kill()
             self.kills += 1
@@ -150,6 +151,9 @@ class BrokerUnderFire:
             finally:
                 self.down_s += time.monotonic() - killed
 
+    def _done(self) -> bool:
+        return self.limit is not None and self.kills >= self.limit
+
     def stop(self) -> None:
         """No more kills; waits for a restart under way to finish."""
         self._stop.set()
@@ -158,13 +162,15 @@ class BrokerUnderFire:
 
 class LeaderUnderFire:
     """SIGKILLs the node leading a seeded random partition of ``topic`` every seeded random
-    ``every_s`` seconds, until :meth:`stop`; each time waits until another node leads that
+    ``every_s`` seconds, until :meth:`stop` or ``limit`` kills; each time waits until another node leads that
     partition (``failover_s``), starts the node again on its ports and data, and waits until
     every replica of ``topics`` is in sync before the next interval begins."""
 
     def __init__(self, cluster: KafkaCluster, topic: str, topics: list[str],
-                 rng: random.Random, every_s: tuple[float, float]) -> None:
+                 rng: random.Random, every_s: tuple[float, float],
+                 limit: int | None = None) -> None:
         self.cluster = cluster
+        self.limit = limit
         self.topic = topic
         self.topics = topics
         self.rng = rng
@@ -181,7 +187,7 @@ class LeaderUnderFire:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.rng.uniform(*self.every_s)):
+        while not self._stop.wait(self.rng.uniform(*self.every_s)) and not self._done():
             try:
                 self._kill_one()
             except KafkaException:  # no metadata this round: try again next interval
@@ -215,6 +221,9 @@ class LeaderUnderFire:
             self.down_s += time.monotonic() - killed
         while time.monotonic() < killed + 300 and not self.cluster.fully_replicated(self.topics):
             time.sleep(0.5)
+
+    def _done(self) -> bool:
+        return self.limit is not None and self.kills >= self.limit
 
     def stop(self) -> None:
         """No more kills; waits for a restart under way to finish."""

@@ -42,7 +42,8 @@ class KafkaArrangement:
 
     def __init__(self, work: Path, provider_spec: str, seed: int, env: dict[str, str], *,
                  serves: int, serve_uptime_s: tuple[float, float],
-                 broker_every_s: tuple[float, float], brokers: int = 1) -> None:
+                 broker_every_s: tuple[float, float], broker_kills: int | None = None,
+                 brokers: int = 1) -> None:
         self.work = work
         self.kafka: KafkaBroker | KafkaCluster = (
             KafkaBroker(work / "kafka") if brokers == 1 else KafkaCluster(work / "kafka", brokers))
@@ -66,11 +67,11 @@ class KafkaArrangement:
                                                        strict=True))]
         rng = random.Random(seed * 1000 + 999)
         self.broker_fire: BrokerUnderFire | LeaderUnderFire = (
-            BrokerUnderFire(self.kafka, rng, broker_every_s)
+            BrokerUnderFire(self.kafka, rng, broker_every_s, broker_kills)
             if isinstance(self.kafka, KafkaBroker) else
             LeaderUnderFire(self.kafka, settings.topic("events"),
                             [settings.topic("events"), settings.topic("commands")], rng,
-                            broker_every_s))
+                            broker_every_s, broker_kills))
         self.fired = "broker" if isinstance(self.kafka, KafkaBroker) else "leader"
 
     def start(self) -> None:

@@ -76,10 +76,10 @@ def test_a_short_soak_on_kafka_with_broker_restarts_loses_nothing(tmp_path: Path
         java(), classpath()
     except BrokerError as exc:
         _fail_or_skip(f"no Apache Kafka for the soak: {exc}")
-    operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--ops", "150",
-                              "--workers", "3", "--seed", "5", "--serve-uptime", "4-8",
-                              "--broker-every", "6-9")
-    assert operations == "150"
+    operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--ops", "100",
+                              "--workers", "3", "--seed", "5", "--serve-uptime", "6-10",
+                              "--broker-every", "2-5", "--broker-kills", "2")
+    assert operations == "100"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
     assert kills(stderr, "broker") > 0
     instances = served(stderr)
@@ -97,7 +97,8 @@ def test_a_short_soak_on_a_three_node_cluster_with_leader_kills_loses_nothing(
         _fail_or_skip(f"no Apache Kafka for the soak: {exc}")
     operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--brokers", "3",
                               "--ops", "60", "--workers", "3", "--seed", "5",
-                              "--serve-uptime", "5-9", "--broker-every", "4-7")
+                              "--serve-uptime", "5-9", "--broker-every", "3-6",
+                              "--broker-kills", "2")
     assert operations == "60"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
     assert kills(stderr, "leader") > 0
