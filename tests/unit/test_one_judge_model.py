@@ -5,7 +5,10 @@ perform effects on a few keys of a log without compare-and-append, while the jud
 (the real store, gate and :class:`~consumers.node.judging.PartitionJudge` of ``serve``) lags,
 loses its partition and gets it back (restoring from its store), has a rebuilt generation
 swapped in that is behind the log (with the gate still at the old position), and the log
-receives duplicate deliveries of earlier records. A worker calls the provider the moment its
+receives duplicate deliveries of earlier records. A write of several records is not a
+transaction on such a log: its records land one at a time, other writers' records may land
+between them, and the produce may fail after some of them landed. A worker calls the
+provider the moment its
 ``begin`` returns a DISPATCHED event, and nowhere else; the invariant is that no key is ever
 called twice, and every call rests on a DISPATCH a clean replay of the log accepts.
 """
@@ -60,6 +63,8 @@ class Judged:
         self.core = WorkerCore(name, JudgedWrites(worker_fingerprint(), lambda key: 0))
         self.steps: Steps | None = None
         self.pending: Request[Any] | None = None
+        self.landing: list[bytes] = []  # records of its append in flight, not in the log yet
+        self.landed: list[Any] = []  # positions of those already in the log
 
 
 class OneJudge(RuleBasedStateMachine):
@@ -125,6 +130,23 @@ class OneJudge(RuleBasedStateMachine):
         if isinstance(worker.pending, Ask):
             self._advance(worker, None, BackendUnavailable("the judge did not answer in time"))
 
+    @rule(n=st.integers(0, WORKERS - 1), count=st.integers(1, 3), fails=st.integers(0, 4))
+    def land(self, n: int, count: int, fails: int) -> None:
+        """Up to ``count`` more records of worker ``n``'s append in flight reach the log;
+        one time in five its produce then fails, the rest never delivered."""
+        worker = self.workers[n]
+        if not worker.landing:
+            return
+        assert isinstance(worker.pending, Append)
+        for value in worker.landing[:count]:
+            worker.landed.append(self.log.append(EVENTS, worker.pending.key, value))
+        del worker.landing[:count]
+        if fails == 0:
+            worker.landing = []
+            self._advance(worker, None, BackendUnavailable("not delivered: message timed out"))
+        elif not worker.landing:
+            self._advance(worker, list(worker.landed), None)
+
     def _perform(self, core: WorkerCore, op: str) -> Steps:
         event, done = yield from core.begin(op, "payment.charge", "acct:1", {"op": op}, None)
         if done:
@@ -137,6 +159,7 @@ class OneJudge(RuleBasedStateMachine):
     def _advance(self, worker: Judged, reply: Any, error: BaseException | None) -> None:
         """Run the worker's operation until it asks the judge (or ends)."""
         assert worker.steps is not None
+        worker.pending = None
         while True:
             try:
                 request = worker.steps.send(reply) if error is None \
@@ -153,6 +176,9 @@ class OneJudge(RuleBasedStateMachine):
                 return
             if isinstance(request, Identity):
                 reply = self.log.identity()
+            elif isinstance(request, Append) and not request.atomic:
+                worker.pending, worker.landing, worker.landed = request, list(request.data), []
+                return
             elif isinstance(request, Append):
                 reply = self._append(request.key, request.data)
             else:
@@ -260,7 +286,8 @@ def test_the_model_can_fail() -> None:
         machine.start()
         for n in range(2):  # two deliveries of one job; the judge sees neither before answering
             machine.deliver(n, "a")
-            machine.answer(n)
+            machine.answer(n)  # the pre-read: the key is absent
+            machine.land(n, 3, 1)  # its CREATE, RESERVE and DISPATCH
         for n in range(2):
             machine.answer(n)
         with pytest.raises(AssertionError):
