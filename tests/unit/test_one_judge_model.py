@@ -44,6 +44,7 @@ from effectlog.worker.judged import JudgedWrites
 from effectlog.worker.requests import Append, Ask, Identity, Request
 from projections.rocksdb import layout
 from projections.rocksdb.store import RocksProjectionStore
+from projections.rocksdb.writer import RocksPartitionWriter
 
 KEYS = ("a", "b")
 WORKERS = 3
@@ -80,7 +81,7 @@ class OneJudge(RuleBasedStateMachine):
                                     "model:", self.log.identity(),
                                     known_fingerprints(event_codec().writer_fingerprints),
                                     lambda: self.log.acknowledged_ends(EVENTS))
-        self.writer = self.store.open_writer(0, partitions=1)
+        self.writer: RocksPartitionWriter | None = self.store.open_writer(0, partitions=1)
         self.gate.assigned(0, self.writer.next_offset, 0)
         self.workers = [Judged(f"w{n}") for n in range(WORKERS)]
         self.calls: Counter[str] = Counter()
