@@ -105,11 +105,15 @@ class PartitionJudge:
         ``timeout_s``), on the event loop."""
         deadline = time.monotonic() + timeout_s
         try:
-            target = await asyncio.to_thread(self.target, query) if query.fresh \
+            target = await asyncio.wait_for(asyncio.to_thread(self.target, query),
+                                            max(timeout_s, 0.001)) if query.fresh \
                 else query.applied_at_least
         except EffectlogError as exc:
             return Unanswered(query.key, self.reader.partition_of(query.key),
                               f"cannot read the log's end offsets: {exc}")
+        except TimeoutError:
+            return Unanswered(query.key, self.reader.partition_of(query.key),
+                              f"the log's end offsets were not read within {timeout_s:g}s")
         partition = self.reader.partition_of(query.key)
         reached = False
         while True:

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 PATH = "/v1/judge"
 #: First pause before asking again about a question nobody could answer (doubling to 0.5 s).
 RETRY_PAUSE_S = 0.02
+#: How long past its deadline a question's last request may still be read.
+GRACE_S = 0.5
 
 
 def server_list(spec: str | Sequence[str]) -> list[str]:
@@ -47,7 +49,9 @@ class ClusterJudge:
     """A :class:`~effectlog.judge.Judge` over serve instances at ``servers``.
 
     ``wait_s`` bounds how long a member waits for a partition to apply what a question needs;
-    ``retry_for_s`` how long questions nobody could answer are asked again.
+    ``retry_for_s`` how long questions nobody could answer are asked again. A question is
+    answered or raises within ``wait_s + retry_for_s`` (and half a second), even when a
+    member holds its request: each request's read timeout ends with that deadline.
     """
 
     def __init__(self, servers: str | Sequence[str], *, timeout_s: float = 10.0,
@@ -116,11 +120,13 @@ class ClusterJudge:
         for step in range(len(self.servers)):
             index = (self._preferred + step) % len(self.servers)
             server = self.servers[index]
+            # a member that holds the request past the deadline is not waited for
+            left = max(0.0, deadline - time.monotonic())
             try:
                 status, data, _ = self._http.post(
                     server, self._prefix[index] + PATH, body,
-                    connect_timeout_s=min(2.0, self.timeout_s),
-                    read_timeout_s=self.timeout_s + wait_ms / 1000)
+                    connect_timeout_s=min(2.0, self.timeout_s, left + 0.1),
+                    read_timeout_s=min(self.timeout_s + wait_ms / 1000, left + GRACE_S))
             except (OSError, http.client.HTTPException) as exc:
                 problems.append(f"{server}: {type(exc).__name__}")
                 continue

@@ -61,7 +61,8 @@ class WorkerProcess:
         cmd = [sys.executable, "-m", "tests.crash.worker_main", "--log", env.log_url,
                "--provider", env.provider_spec, "--op", job.op, "--kind", job.kind,
                "--target", job.target, "--payload", json.dumps(job.payload),
-               "--worker-id", worker_id, *(("--server", env.server) if env.server else ())]
+               "--worker-id", worker_id, "--accept-timeout", str(env.accept_timeout_s),
+               *(("--server", env.server) if env.server else ())]
         if pause_at:
             cmd += ["--pause-at", pause_at]
         self.worker_id = worker_id
@@ -156,9 +157,10 @@ class Env:
     """
 
     def __init__(self, tmp: Path, log_url: str, *, lookup_complete: bool = True,
-                 server: str | None = None) -> None:
+                 server: str | None = None, accept_timeout_s: float = 30.0) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         self.tmp = tmp
+        self.accept_timeout_s = accept_timeout_s  # the worker processes' wait for a verdict
         self.log_url = log_url
         self.server = server
         self.state_dir = tmp / "state"

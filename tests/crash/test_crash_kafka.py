@@ -40,14 +40,15 @@ def _stop_serves() -> Iterator[None]:
 
 
 def kafka_env(bootstrap: str, tmp: Path, *, lookup_complete: bool = True,
-              timeout_s: float = 10.0) -> Env:
+              timeout_s: float = 10.0, accept_timeout_s: float = 30.0) -> Env:
     """An Env on topics of its own, judged by an `effectlog serve` of its own."""
     url = f"kafka://{bootstrap}?prefix=crash{uuid.uuid4().hex[:10]}&timeout_s={timeout_s}"
     create_topics(KafkaSettings.from_url(url))
     tmp.mkdir(parents=True, exist_ok=True)
     serve = Serve(tmp, "judge", url, None, None, "--stuck-after", "1h")  # the scenarios recover
     _SERVES.append(serve)
-    return Env(tmp, url, lookup_complete=lookup_complete, server=serve.url)
+    return Env(tmp, url, lookup_complete=lookup_complete, server=serve.url,
+               accept_timeout_s=accept_timeout_s)
 
 
 def run_side_by_side(named: dict[str, Callable[[], None]]) -> None:
@@ -104,7 +105,7 @@ def own_broker() -> Iterator[KafkaBroker]:
 
 def test_broker_unavailable_during_recovery_on_kafka(own_broker: KafkaBroker,
                                                     tmp_path: Path) -> None:
-    env = kafka_env(own_broker.bootstrap, tmp_path, timeout_s=3.0)
+    env = kafka_env(own_broker.bootstrap, tmp_path, timeout_s=3.0, accept_timeout_s=5.0)
     job = Job("broker-outage", "email.send", "mailto:bob@example.com", {"subject": "receipt"})
     env.crash(job, "after_provider_call")
     assert env.cli("project", "--once", "--quiet").returncode == 0

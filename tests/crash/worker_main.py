@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-id", default=None)
     parser.add_argument("--pause-at", choices=POINTS, default=None)
     parser.add_argument("--server", default=None, help="the judge (a serve URL), on Kafka")
+    parser.add_argument("--accept-timeout", type=float, default=30.0,
+                        help="seconds a verdict is waited for (generous on a loaded machine)")
     args = parser.parse_args(argv)
     provider = load_provider(args.provider)
     try:
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         say(event="done", status="unavailable", errors=chain(exc))
         return 4
-    worker = PausingWorker(log, args.worker_id, server=args.server, accept_timeout_s=30)
+    worker = PausingWorker(log, args.worker_id, server=args.server,
+                            accept_timeout_s=args.accept_timeout)
     worker.pause_at = args.pause_at
     try:
         return run(worker, provider, args)
