@@ -241,9 +241,9 @@ def stop_error(failures: Sequence[tuple[str, Exception]],
                running: Sequence[str] = ()) -> EffectlogError | None:
     """Why ``serve`` stopped by itself, as the error whose exit code says so; None for a
     clean stop. The first loop that died decides: of a backend fault (the log or broker
-    unavailable, an OS error such as a full disk, a RocksDB error) exit 4, of anything else
-    exit 1 (an internal error). Loops still running after the stop are named, and alone
-    are exit 1 as well."""
+    unavailable, an OS error such as a full disk, a RocksDB error) exit 4, of a setting the
+    broker refuses exit 2, of anything else exit 1 (an internal error). Loops still
+    running after the stop are named, and alone are exit 1 as well."""
     stuck = f"the {', '.join(running)} loop(s) did not stop in time" if running else ""
     if not failures:
         return LoopCrashed(f"internal error: {stuck}") if stuck else None
@@ -253,6 +253,8 @@ def stop_error(failures: Sequence[tuple[str, Exception]],
         (f"; {stuck}" if stuck else "")
     if isinstance(exc, BackendUnavailable):
         return BackendUnavailable(f"the {name} loop stopped: {exc}{tail}")
+    if isinstance(exc, InvalidInput):  # a setting the broker refuses (exit 2)
+        return InvalidInput(f"the {name} loop stopped: {exc}{tail}")
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return BackendUnavailable(f"the {name} loop stopped: {exc.strerror or exc}{where}{tail}")

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaExcep
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 
-from effectlog.errors import BackendUnavailable, WrongLog
+from effectlog.errors import BackendUnavailable, InvalidInput, WrongLog
 from effectlog.log.base import COMMANDS, EVENTS, EventLog, Record
 from effectlog.log.kafka.producer import error_text
 from effectlog.log.kafka.settings import KafkaSettings
@@ -65,7 +65,8 @@ def group_config(settings: KafkaSettings, group: GroupSettings) -> dict[str, obj
         "partition.assignment.strategy": "cooperative-sticky",
         "session.timeout.ms": group.session_timeout_ms,
         "heartbeat.interval.ms": group.heartbeat_interval_ms,
-        "max.poll.interval.ms": group.max_poll_interval_ms,
+        # librdkafka refuses a poll interval shorter than the session
+        "max.poll.interval.ms": max(group.max_poll_interval_ms, group.session_timeout_ms),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
@@ -109,10 +110,13 @@ class GroupSource(RecordSource):
 
     def start(self, listener: AssignmentListener) -> None:
         self._listener = listener
-        self._consumer = Consumer({
-            **group_config(self.settings, self.group),
-            "error_cb": lambda err: log.debug("kafka group consumer error: %s", err.str()),
-        })
+        try:
+            self._consumer = Consumer({
+                **group_config(self.settings, self.group),
+                "error_cb": lambda err: log.debug("kafka group consumer error: %s", err.str()),
+            })
+        except KafkaException as exc:  # a setting librdkafka refuses
+            raise InvalidInput(f"group {self.group.group}: {error_text(exc)}") from None
         try:
             self._consumer.subscribe([self.topic], on_assign=self._on_assign,
                                      on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -145,6 +149,12 @@ class GroupSource(RecordSource):
                     reached[partition] = offset  # past any control records
                 elif err.fatal():
                     raise BackendUnavailable(f"group {self.group.group}: {err.str()}")
+                elif err.code() == KafkaError.INVALID_SESSION_TIMEOUT:  # retried for ever
+                    raise InvalidInput(
+                        f"the broker refuses a group session timeout of "
+                        f"{self.group.session_timeout_ms} ms (outside its "
+                        "group.min.session.timeout.ms to group.max.session.timeout.ms, 6 s to "
+                        "30 min by default): choose --session-timeout within them")
                 else:
                     log.debug("kafka group fetch: %s", err.str())
                 continue
