@@ -25,6 +25,10 @@ from effectlog.log.base import EVENTS, Position
 from projections.rocksdb.reader import PartitionMoved, PartitionReads
 from projections.verdicts import answer_from
 
+#: The least a fresh question's read of the log's end is given, whatever its timeout: a
+#: question asked with no wait (``timeout_ms`` 0) still gets its one broker round trip.
+END_READ_FLOOR_S = 0.25
+
 
 @dataclass(frozen=True, slots=True)
 class Unanswered:
@@ -106,14 +110,15 @@ class PartitionJudge:
         deadline = time.monotonic() + timeout_s
         try:
             target = await asyncio.wait_for(asyncio.to_thread(self.target, query),
-                                            max(timeout_s, 0.001)) if query.fresh \
+                                            max(timeout_s, END_READ_FLOOR_S)) if query.fresh \
                 else query.applied_at_least
         except EffectlogError as exc:
             return Unanswered(query.key, self.reader.partition_of(query.key),
                               f"cannot read the log's end offsets: {exc}")
         except TimeoutError:
             return Unanswered(query.key, self.reader.partition_of(query.key),
-                              f"the log's end offsets were not read within {timeout_s:g}s")
+                              "the log's end offsets were not read within "
+                              f"{max(timeout_s, END_READ_FLOOR_S):g}s")
         partition = self.reader.partition_of(query.key)
         reached = False
         while True:
