@@ -234,6 +234,8 @@ def main() -> int:
                              "limit); sizes a short soak whose broker restarts dominate it")
     parser.add_argument("--dir", default=None, help="work directory (default: a fresh temp dir)")
     args = parser.parse_args()
+    if args.broker_kills is not None and args.broker_kills < 1:
+        parser.error(f"--broker-kills is 1 or more, not {args.broker_kills}")
     if args.brokers < 1 or args.brokers == 2:
         parser.error(f"--brokers is 1 or a cluster of 3 or more, not {args.brokers}")
     own_dir = args.dir is None
