@@ -63,8 +63,11 @@ demo-kafka: kafka-up
 		--state .effectlog/demo-kafka/state demo
 	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
+# Two test processes (TEST_WORKERS), each with the brokers of its own, and a test file's
+# tests kept together: most Kafka tests wait on restarts and timeouts, not on a core.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
-	$(PY) -m pytest -ra --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -ra --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -21,7 +21,7 @@ Checked at the end, from sources independent of effectlog's own bookkeeping:
   (on Kafka so does every other instance's copy, caught up from its stored offsets).
 
 Usage: python bench/soak.py [--ops N] [--workers N] [--log sqlite|kafka] [--brokers 1|3]
-[--seed N] [--dir DIR]
+[--broker-every A-B] [--broker-kills N] [--fence-after S] [--seed N] [--dir DIR]
 (without --dir it works in a fresh temporary directory, removed when every check passed)
 
 The last line reads ``soak: OPS operations, KILLS kills, DUP duplicate effects, LOST lost
@@ -202,7 +202,8 @@ def arrange(args: argparse.Namespace, work: Path, spec: str, env: dict[str, str]
     every = args.broker_every or ("40-80" if args.brokers == 1 else "20-40")
     return KafkaArrangement(work, spec, args.seed, env, serves=args.serves,
                             serve_uptime_s=serve_uptime, broker_every_s=_span(every),
-                            broker_kills=args.broker_kills, brokers=args.brokers)
+                            broker_kills=args.broker_kills, brokers=args.brokers,
+                            fence_after_s=args.fence_after)
 
 
 def _span(text: str) -> tuple[float, float]:
@@ -232,8 +233,14 @@ def main() -> int:
     parser.add_argument("--broker-kills", type=int, default=None, metavar="N",
                         help="stop killing brokers (or leaders) after N kills (default: no "
                              "limit); sizes a short soak whose broker restarts dominate it")
+    parser.add_argument("--fence-after", type=float, default=None, metavar="S",
+                        help="seconds the Kafka controller waits for a silent node's heartbeat "
+                             "before fencing it (broker.session.timeout.ms; Kafka's default 9); "
+                             "a lower value moves a killed leader's partitions sooner")
     parser.add_argument("--dir", default=None, help="work directory (default: a fresh temp dir)")
     args = parser.parse_args()
+    if args.fence_after is not None and not 1 <= args.fence_after <= 60:
+        parser.error(f"--fence-after is 1 to 60 seconds, not {args.fence_after:g}")
     if args.broker_kills is not None and args.broker_kills < 1:
         parser.error(f"--broker-kills is 1 or more, not {args.broker_kills}")
     if args.brokers < 1 or args.brokers == 2:

@@ -43,10 +43,14 @@ class KafkaArrangement:
     def __init__(self, work: Path, provider_spec: str, seed: int, env: dict[str, str], *,
                  serves: int, serve_uptime_s: tuple[float, float],
                  broker_every_s: tuple[float, float], broker_kills: int | None = None,
-                 brokers: int = 1) -> None:
+                 brokers: int = 1, fence_after_s: float | None = None) -> None:
         self.work = work
+        overrides = {} if fence_after_s is None else {
+            "broker.session.timeout.ms": str(int(fence_after_s * 1000)),
+            "broker.heartbeat.interval.ms": str(min(2000, int(fence_after_s * 1000) // 4))}
         self.kafka: KafkaBroker | KafkaCluster = (
-            KafkaBroker(work / "kafka") if brokers == 1 else KafkaCluster(work / "kafka", brokers))
+            KafkaBroker(work / "kafka", overrides=overrides) if brokers == 1
+            else KafkaCluster(work / "kafka", brokers, overrides=overrides))
         self.kafka.start()
         self.log_url = f"kafka://{self.kafka.bootstrap}?prefix=soak&partitions={PARTITIONS}"
         settings = KafkaSettings.from_url(self.log_url)

@@ -78,7 +78,8 @@ def test_a_short_soak_on_kafka_with_broker_restarts_loses_nothing(tmp_path: Path
         _fail_or_skip(f"no Apache Kafka for the soak: {exc}")
     operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--ops", "100",
                               "--workers", "3", "--seed", "5", "--serve-uptime", "6-10",
-                              "--broker-every", "2-5", "--broker-kills", "2")
+                              "--broker-every", "2-5", "--broker-kills", "2",
+                              "--fence-after", "2")
     assert operations == "100"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
     assert kills(stderr, "broker") > 0
@@ -96,12 +97,24 @@ def test_a_short_soak_on_a_three_node_cluster_with_leader_kills_loses_nothing(
     except BrokerError as exc:
         _fail_or_skip(f"no Apache Kafka for the soak: {exc}")
     operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--brokers", "3",
-                              "--ops", "60", "--workers", "3", "--seed", "5",
-                              "--serve-uptime", "5-9", "--broker-every", "3-6",
-                              "--broker-kills", "2")
-    assert operations == "60"
+                              "--ops", "40", "--workers", "3", "--seed", "5",
+                              "--serve-uptime", "6-10", "--broker-every", "3-6",
+                              "--broker-kills", "2", "--fence-after", "3")
+    assert operations == "40"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
     assert kills(stderr, "leader") > 0
     assert re.search(r"failover \d+\.\d+s median", stderr), stderr[-2000:]
     instances = served(stderr)
     assert all(0 < serving <= starts for starts, serving in instances.values()), instances
+
+
+@pytest.mark.parametrize("bad", [["--broker-kills", "0"], ["--fence-after", "0.5"],
+                                 ["--fence-after", "61"], ["--brokers", "2"]])
+def test_soak_settings_out_of_range_are_refused_before_anything_starts(
+        tmp_path: Path, bad: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "soak.py"), "--log", "kafka",
+                           *bad, "--dir", str(tmp_path / "soak")], capture_output=True,
+                          text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"error: {bad[0]} is" in done.stderr.splitlines()[-1]
+    assert not (tmp_path / "soak").exists()
