@@ -5,8 +5,8 @@ I/O-free core (:mod:`effectlog.worker.core`), so both judge every record the sam
 """
 
 from effectlog.worker.aio import AsyncEffectCall, AsyncWorker
-from effectlog.worker.core import Appended, EffectInDoubt, default_worker_id
+from effectlog.worker.core import Appended, EffectInDoubt, LateVerdict, default_worker_id
 from effectlog.worker.sync import EffectCall, Worker
 
-__all__ = ["Appended", "AsyncEffectCall", "AsyncWorker", "EffectCall", "EffectInDoubt", "Worker",
-           "default_worker_id"]
+__all__ = ["Appended", "AsyncEffectCall", "AsyncWorker", "EffectCall", "EffectInDoubt",
+           "LateVerdict", "Worker", "default_worker_id"]

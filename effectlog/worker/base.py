@@ -130,7 +130,8 @@ class WorkerBase:
         self.judge, self._owns_judge = open_judge(log, judge, server, codec, accept_timeout_s)
         writes = writes_for(log, self.judge, verify, codec)
         self._core = WorkerCore(worker_id or default_worker_id(), writes,
-                                max_payload_bytes=max_payload_bytes, codec=codec)
+                                max_payload_bytes=max_payload_bytes, codec=codec,
+                                call_within_s=accept_timeout_s)
 
     @property
     def worker_id(self) -> str:

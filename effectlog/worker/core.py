@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,18 @@ class EffectInDoubt(Conflict):
         return self.event.idempotency_key
 
 
+class LateVerdict(EffectInDoubt):
+    """The verdict on this worker's own DISPATCH came too long after it began writing it:
+    recovery may already be acting on the effect (its deadline runs on the log's time), so
+    the provider is not called; the effect stays DISPATCHED and is left to recovery."""
+
+    def __init__(self, event: EffectEvent, took_s: float, within_s: float) -> None:
+        super().__init__(event)
+        self.args = (f"{event.idempotency_key}: the verdict on its DISPATCH came {took_s:.1f}s "
+                     f"after the write began (more than {within_s:g}s): not called, left to "
+                     "recovery",)
+
+
 @dataclass(frozen=True, slots=True)
 class Appended:
     """An accepted event and where it sits in the log."""
@@ -78,9 +91,12 @@ class WorkerCore:
 
     def __init__(self, worker_id: str, writes: Writes, *,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 codec: Codec | None = None) -> None:
+                 codec: Codec | None = None, call_within_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.worker_id = check_free_text("worker_id", worker_id, max_chars=MAX_WORKER_ID)
         self.writes = writes
+        self.call_within_s = call_within_s
+        self._clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.claimed: dict[str, int] = {}
         self.last_position: Position | None = None
@@ -178,7 +194,9 @@ class WorkerCore:
         finished record with ``done``. CREATE, RESERVE and DISPATCH are three events written
         together: the judge accepts or refuses each on its own, and the call is made only
         when it accepted this worker's DISPATCH, which it can only on this worker's claim. A
-        prefix left by a crash is what a crash between two separate appends leaves.
+        prefix left by a crash is what a crash between two separate appends leaves. A verdict
+        that came more than ``call_within_s`` after the write began raises
+        :class:`LateVerdict`: recovery's deadline may have passed meanwhile.
         """
         created = self.new_effect(operation_id, kind, target, payload, payload_ref)
         key = created.idempotency_key
@@ -199,11 +217,15 @@ class WorkerCore:
                             self.worker_id)
             dispatched = advance(claim, T.DISPATCH, self.worker_id)
             group = (created, claim, dispatched) if head is None else (claim, dispatched)
+            began = self._clock()
             try:
                 yield from self._write(*group, atomic=False)
             except Refused as lost:  # another writer moved the key in between: judge again
                 head, current = lost.current, True
                 continue
+            took = self._clock() - began
+            if self.call_within_s is not None and took > self.call_within_s:
+                raise LateVerdict(dispatched, took, self.call_within_s)
             return dispatched, False
         raise Fenced(f"dispatch of {key} kept losing to concurrent writers", "lost_race")
 
