@@ -8,6 +8,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -114,11 +115,15 @@ class Feeder:
     _draining: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
+        # stderr goes to files: a pipe nobody reads fills up (librdkafka logs every failed
+        # connection while the broker is away) and blocks the worker in its next write
+        self._errors = [tempfile.TemporaryFile("w+")  # noqa: SIM115 - lives as long as the feeder
+                        for _ in range(self.workers)]
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "tests.fault_worker", "--log", self.log_url, "--provider",
              f"fake:///{self.provider}{self.provider_options}", "--server", self.server,
              "--id", f"w{n}", "--timeout", f"{TIMEOUT_S:g}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors[n], text=True)
             for n in range(self.workers)]
         self.threads = [threading.Thread(target=self._drive, args=(proc, f"w{n}"), daemon=True)
                         for n, proc in enumerate(self.procs)]
@@ -199,8 +204,12 @@ class Feeder:
         return self.stderr()
 
     def stderr(self) -> str:
-        return "".join(p.stderr.read() if p.stderr and p.poll() is not None else ""
-                       for p in self.procs)
+        """What the worker processes wrote to stderr so far."""
+        out = []
+        for errors in self._errors:
+            errors.seek(0)
+            out.append(errors.read())
+        return "".join(out)
 
     def acknowledged_events(self) -> set[str]:
         return {e for r in self.replies for e in r.body.get("events", ())}
