@@ -97,10 +97,10 @@ def test_a_short_soak_on_a_three_node_cluster_with_leader_kills_loses_nothing(
     except BrokerError as exc:
         _fail_or_skip(f"no Apache Kafka for the soak: {exc}")
     operations, stderr = soak(tmp_path / "soak", "--log", "kafka", "--brokers", "3",
-                              "--ops", "40", "--workers", "3", "--seed", "5",
-                              "--serve-uptime", "6-10", "--broker-every", "3-6",
+                              "--ops", "60", "--workers", "3", "--seed", "5",
+                              "--serve-uptime", "5-9", "--broker-every", "3-6",
                               "--broker-kills", "2", "--fence-after", "3")
-    assert operations == "40"
+    assert operations == "60"
     assert kills(stderr, "worker") > 0 and kills(stderr, "serve") > 0
     assert kills(stderr, "leader") > 0
     assert re.search(r"failover \d+\.\d+s median", stderr), stderr[-2000:]
