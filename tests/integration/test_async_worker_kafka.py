@@ -24,7 +24,8 @@ pytestmark = pytest.mark.kafka
 def log(kafka_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EventLog]:
     provider = tmp_path / "provider.db"
     FakeProvider(provider).close()
-    node = Serve(tmp_path, "s0", kafka_url, provider)
+    # Recovery waits longer than the workers' accept timeout (10 s): docs/agents/worker.md.
+    node = Serve(tmp_path, "s0", kafka_url, provider, None, "--stuck-after", "15s")
     log = open_log(kafka_url)
     try:
         wait_until(lambda: len(node.serving()) == 6, 60, "serve owns every partition")

@@ -38,6 +38,7 @@ PARTITIONS = 2
 #: TIMEOUT_S-bounded: the fresh read (a request of up to 2 x TIMEOUT_S, its 503 retried for
 #: 2 x TIMEOUT_S more), the append's delivery report, the acceptance read. Seen: up to 13.2 s.
 PERFORM_BOUND_S = 8 * TIMEOUT_S
+STUCK_AFTER = f"{TIMEOUT_S + 3:g}s"  # above the workers' accept timeout (TIMEOUT_S)
 PROBE_TIMEOUT_S = 3.0  # a health probe's client timeout (a functional bound)
 
 
@@ -77,7 +78,9 @@ def test_workers_and_serve_through_a_broker_fault(fault_broker: KafkaBroker, fau
     url = fault_url(fault_broker, PARTITIONS)
     provider = tmp_path / "provider.db"
     FakeProvider(provider).close()
-    serve = Serve(tmp_path, "s", url, provider)
+    # Recovery waits longer than a worker may wait for its verdict (the rule in
+    # docs/agents/worker.md), so a late verdict never meets a reconciler's claim.
+    serve = Serve(tmp_path, "s", url, provider, None, "--stuck-after", STUCK_AFTER)
     feeder: Feeder | None = None
     t0 = time.monotonic()
     try:

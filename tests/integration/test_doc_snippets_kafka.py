@@ -21,7 +21,8 @@ KAFKA = python_blocks("kafka")
 def serve(kafka_url: str, tmp_path: Path) -> Iterator[Serve]:
     provider = tmp_path / "provider.db"
     FakeProvider(provider).close()
-    node = Serve(tmp_path, "s0", kafka_url, provider)
+    # Recovery waits longer than the workers' accept timeout (10 s): docs/agents/worker.md.
+    node = Serve(tmp_path, "s0", kafka_url, provider, None, "--stuck-after", "15s")
     try:
         wait_until(lambda: len(node.serving()) == 6, 60, "one member serves all partitions")
         yield node
