@@ -13,6 +13,7 @@ reads, the verdicts, the retries of questions nobody could answer.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import sys
 import time
@@ -21,6 +22,8 @@ from consumers.providers import load_provider
 from effectlog.cli.demo.worker_main import CrashingWorker, run_job
 from effectlog.judge.client import ClusterJudge
 from effectlog.log import open_log
+
+STACKS_AFTER_S = 40.0  # well past the longest perform the tests allow (8 x the timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     worker = CrashingWorker(log, args.id, judge=judge, accept_timeout_s=args.timeout)
     for line in sys.stdin:
         started = time.monotonic()
+        # a job past any of its bounds leaves every thread's stack on stderr (the test prints it)
+        faulthandler.dump_traceback_later(STACKS_AFTER_S, exit=False)
         reply = run_job(worker, provider, json.loads(line))
+        faulthandler.cancel_dump_traceback_later()
         reply["elapsed_s"] = round(time.monotonic() - started, 3)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()

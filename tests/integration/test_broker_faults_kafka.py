@@ -130,6 +130,8 @@ def test_workers_and_serve_through_a_broker_fault(fault_broker: KafkaBroker, fau
     finally:
         stopping = time.monotonic()
         worker_errors = feeder.stop() if feeder is not None else ""
+        if "most recent call first" in worker_errors:  # a job outlived its bounds: its stacks
+            print(worker_errors[-20000:])
         print(f"{fault}: workers stopped in {time.monotonic() - stopping:.1f}s")
         serve_errors = serve.stop()
         print(f"{fault}: serve stopped in {time.monotonic() - stopping:.1f}s")
