@@ -85,14 +85,27 @@ def hold(state_dir: str | os.PathLike[str], holder: str) -> IO[str]:
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
-        found = handle.read().strip() or "another process"
+        found = _holder(handle)
         handle.close()
         raise BackendUnavailable(f"state directory {state_dir} is in use by {found}") from None
     handle.truncate(0)
     handle.write(f"{holder} (pid {os.getpid()})\n")
     handle.flush()
     return handle
+
+
+def _holder(handle: IO[str], within_s: float = 0.5) -> str:
+    """The name the lock's holder wrote: it writes it just after taking the lock, so an empty
+    file is read again for a moment before the holder is called "another process"."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while True:
+        handle.seek(0)
+        found = handle.read().strip()
+        if found or time.monotonic() >= deadline:
+            return found or "another process"
+        time.sleep(0.01)
 
 
 def swap_in(state_dir: str | os.PathLike[str], built: Path) -> Path:
