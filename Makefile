@@ -63,11 +63,10 @@ demo-kafka: kafka-up
 		--state .effectlog/demo-kafka/state demo
 	@echo "effectlog is $(VENV)/bin/effectlog: '. $(VENV)/bin/activate' puts it on PATH"
 
-# TEST_WORKERS=2 runs the suite in two processes (each with the brokers of its own, a test
-# file's tests kept together): about 10 minutes instead of 18, as most Kafka tests wait on
-# restarts and timeouts, not on a core. One process stays the default until a hang seen once
-# under two (a fault worker silent for 120 s after a broker pause) is understood.
-TEST_WORKERS ?= 0
+# The suite runs in two processes (each with the brokers of its own, a test file's tests kept
+# together): about 10 minutes instead of 18, as most Kafka tests wait on restarts and
+# timeouts, not on a core. TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -ra --durations=30
 
