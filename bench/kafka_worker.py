@@ -115,6 +115,9 @@ def bench_append(url: str, server: str, bare: Bare, keys: int = 2500) -> tuple[f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=1000,
+                        help="floor and perform pairs run before sampling (a fresh broker's "
+                             "JVM and a fresh serve are slower for their first thousand)")
     parser.add_argument("--effects", type=int, default=4800, help="per thread count")
     args = parser.parse_args()
     with kafka_bootstrap() as bootstrap, tempfile.TemporaryDirectory() as tmp:
@@ -153,9 +156,9 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
         wait_until(lambda: len(node.serving()) == bare_settings.partitions, 90, "serve is up")
         run = uuid.uuid4().hex[:6]
         worker = Worker(log, "bench", server=node.url)  # as a user writes it
-        n = args.samples
+        n, warm = args.samples, args.warmup
         floor, ours = [], []
-        for i in range(n + 20):
+        for i in range(n + warm):
             key = f"agent:floor-{run}-{i}:k:t"
             t0 = time.perf_counter()
             bare.floor(key)
@@ -163,7 +166,7 @@ def measure(args: argparse.Namespace, url: str, bare_settings: KafkaSettings, tm
             worker.perform(f"one-{run}-{i}", "email.send", f"mailto:u{i}", {"i": i},
                            lambda call: None)
             t2 = time.perf_counter()
-            if i >= 20:
+            if i >= warm:
                 floor.append((t1 - t0) * 1000)
                 ours.append((t2 - t1) * 1000)
         rows = []
