@@ -16,10 +16,8 @@ When ``follow_swaps`` is on, it notices a rebuild swapping a new projection in a
 continues on that one.
 
 On a log with a changelog (Kafka: the events topic is compacted, see
-:mod:`effectlog.log.changelog`) a partition whose stored offset is behind the changelog's last
-checkpoint is restored from the changelog first, and projected from the checkpoint on: the
-events topic's records from there are younger than its compaction lag, so what it ends with is
-exactly what a full replay ends with.
+:mod:`effectlog.log.changelog`) a partition whose stored offset is not the changelog's last
+checkpoint is restored from the changelog first (:mod:`projections.restore`).
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ from dataclasses import dataclass
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.source import LogSource, RecordSource
-from projections.checkpoint import Checkpoint
 from projections.decoding import InlineDecoder, ProcessDecoder
-from projections.progress import logged
+from projections.restore import starting_writer
 from projections.settings import (
     AppliedCallback,
     DecoderChoice,
@@ -109,7 +106,8 @@ class Projector:
                 writer = self.store.open_writer(partition, partitions=count)
                 try:
                     writer.bind_log(self.log)
-                    writer = self._restored(writer, count)
+                    writer = starting_writer(writer, self.store, self.log, self.changelog,
+                                             count)
                 except BaseException:
                     self.store.release(partition)
                     raise
@@ -118,41 +116,6 @@ class Projector:
                 logger.info("partition %d assigned: resuming at offset %d", partition,
                             writer.next_offset)
         return {p: self._writers[p].next_offset for p in partitions}
-
-    def _restored(self, writer: PartitionWriter, count: int) -> PartitionWriter:
-        """``writer``, or the partition restored from the changelog unless what is stored here
-        is exactly what the changelog's last checkpoint reflects."""
-        if self.changelog is None:
-            # no changelog to restore from (a log that keeps every record; or, compacted, a
-            # backend without one): a key's first surviving record is its baseline
-            writer.trust_first = self.log.compacted
-            return writer
-        partition = writer.partition
-        raw = self.changelog.last_checkpoint(partition)
-        if raw is None:
-            # nothing published yet: projecting from the events topic alone, whose first
-            # surviving record of a key may follow compacted ones (a log from before changelogs);
-            # its first publication carries every key
-            writer.trust_first = self.log.compacted and writer.next_offset == 0
-            writer.publish_all()
-            return writer
-        checkpoint = Checkpoint.decode(raw)
-        if checkpoint.applied == writer.next_offset:
-            return writer  # this copy is exactly what was last published
-        # Behind it: the events since may be compacted. Ahead of it: this copy applied what
-        # nobody published, and which of its keys changed since is not known. Either way the
-        # changelog and the events after its checkpoint give exactly a full replay.
-        logger.info("partition %d restoring from the changelog: stored up to offset %d, "
-                    "published up to %d", partition, writer.next_offset, checkpoint.applied)
-        started = time.monotonic()
-        writer = self.store.reset_writer(partition, partitions=count)
-        writer.restore(logged(self.changelog.read(partition),
-                              f"partition {partition} restoring from the changelog", logger),
-                       self.log.identity())
-        writer.bind_log(self.log)
-        logger.info("partition %d restored from the changelog up to offset %d in %.2fs",
-                    partition, writer.next_offset, time.monotonic() - started)
-        return writer
 
     def settle(self) -> None:
         """Apply the batches in flight now."""
