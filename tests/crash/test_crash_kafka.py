@@ -20,7 +20,7 @@ import pytest
 from consumers.table import Action
 from effectlog.log.kafka import KafkaSettings, create_topics
 from effectlog.model import State
-from tests.cluster_support import Serve
+from tests.cluster_support import Serve, answer, wait_until
 from tests.crash import scenarios
 from tests.crash.harness import Env, Job, actions
 from tests.kafka_broker import KafkaBroker, private_broker
@@ -49,6 +49,12 @@ def kafka_env(bootstrap: str, tmp: Path, *, lookup_complete: bool = True,
     _SERVES.append(serve)
     return Env(tmp, url, lookup_complete=lookup_complete, server=serve.url,
                accept_timeout_s=accept_timeout_s)
+
+
+def _serves_every_partition(server: str | None) -> bool:
+    status, body = answer(f"{server}/healthz")
+    partitions = body.get("partitions", {}) if isinstance(body, dict) else {}
+    return status == 200 and bool(partitions) and set(partitions.values()) == {"serving"}
 
 
 def run_side_by_side(named: dict[str, Callable[[], None]]) -> None:
@@ -123,6 +129,10 @@ def test_broker_unavailable_during_recovery_on_kafka(own_broker: KafkaBroker,
         assert (code, result["status"]) == (4, "unavailable")
     finally:
         own_broker.resume()
+    # A broker stopped past its session is fenced by its controller; once it runs again it
+    # takes a while (15-20 s here, longer on a loaded machine) to lead its partitions again,
+    # and serve's member rejoins after that: recovery below asks serve's judge.
+    wait_until(lambda: _serves_every_partition(env.server), 120, "serve serves again")
     assert env.provider.calls(job.key) == 1
     assert [e.event_id for e in env.history(job.key)] == before  # nothing written meanwhile
 

@@ -23,9 +23,10 @@ from tests.kafka_broker import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 TIMEOUT_S = 3.0
-#: The controller fences the paused node (3 s in the fixture) and elects; one call may still
-#: fail on the zombie (TIMEOUT_S) before the next asks the new leader.
-WITHIN_S = 3.0 + 3 * TIMEOUT_S
+#: The controller fences the paused node (3 s in the fixture) and elects; a call or two may
+#: still fail on the zombie (TIMEOUT_S each) before the next asks the new leader, and a
+#: machine running other tests beside it stretches each step (12 s was once too short).
+WITHIN_S = 3.0 + 5 * TIMEOUT_S
 
 
 def _first_success(call: object, within_s: float) -> float:
