@@ -79,6 +79,16 @@ class PhasedWorker(Worker):
         return reply
 
 
+def produce_acked(producer: Producer, name: str, key: bytes, value: bytes,
+                  partition: int) -> None:
+    """One bare acks=all produce, returning once its delivery report came."""
+    done = threading.Event()
+    producer.produce(name, value, key, partition=partition,
+                     on_delivery=lambda err, msg: done.set())
+    while not done.is_set():
+        producer.poll(0.01)
+
+
 def floor_once(producer: Producer, offsets: Consumer, name: str, key: bytes,
                partitions: int) -> float:
     """ListOffsets plus two acks=all produces of one record, bare confluent-kafka (ms)."""
@@ -86,14 +96,7 @@ def floor_once(producer: Producer, offsets: Consumer, name: str, key: bytes,
     start = time.perf_counter()
     offsets.offsets_for_times([TP(name, partition, OFFSET_END)], timeout=10)
     for _ in range(2):
-        done = threading.Event()
-
-        def delivered(err: object, msg: object, done: threading.Event = done) -> None:
-            done.set()
-
-        producer.produce(name, bytes(420), key, partition=partition, on_delivery=delivered)
-        while not done.is_set():
-            producer.poll(0.01)
+        produce_acked(producer, name, key, bytes(420), partition)
     return (time.perf_counter() - start) * 1000
 
 
@@ -118,15 +121,7 @@ class SeenFloor:
         self.offsets.offsets_for_times([TP(self.name, partition, OFFSET_END)], timeout=10)
         for i in range(2):
             value = b"%d-%d-" % (n, i) + bytes(400)
-            done = threading.Event()
-
-            def delivered(err: object, msg: object, done: threading.Event = done) -> None:
-                done.set()
-
-            self.producer.produce(self.name, value, key, partition=partition,
-                                  on_delivery=delivered)
-            while not done.is_set():
-                self.producer.poll(0.01)
+            produce_acked(self.producer, self.name, key, value, partition)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 msg = self.consumer.poll(0.1)
