@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tools.kafka.broker import BrokerError, KafkaBroker, classpath, free_port
+from tools.kafka.broker import BrokerError, KafkaBroker, classpath, free_port, run_java
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ CLUSTER_CONFIG = {
     "share.coordinator.state.topic.replication.factor": "3",
     "share.coordinator.state.topic.min.isr": "2",
     "default.replication.factor": "3",
+    # A broker's requests to the active controller (producer-id blocks, ISR changes) wait
+    # this long on a controller that is paused rather than dead, before going to the newly
+    # elected one: with the default 30 s, a fresh idempotent producer could get no id for
+    # 30 s while a paused node had been the controller (measured; see docs/kafka/cluster.md).
+    "controller.socket.timeout.ms": "5000",
 }
 
 
@@ -124,6 +130,16 @@ class KafkaCluster:
         if found is None or found.error is not None:
             raise BrokerError(f"topic {topic} is not in the metadata of {self.bootstrap}")
         return {p: int(m.leader) for p, m in found.partitions.items()}
+
+    def active_controller(self, timeout: float = 60.0) -> int:
+        """Id of the node leading the controller quorum now (Kafka's metadata-quorum tool)."""
+        result = run_java("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                          self.bootstrap, "describe", "--status", timeout=timeout)
+        found = re.search(r"^LeaderId:\s*(\d+)", result.stdout, re.MULTILINE)
+        if found is None:
+            raise BrokerError(f"no quorum leader in the metadata-quorum tool's answer: "
+                              f"{(result.stdout + result.stderr)[-300:]}")
+        return int(found.group(1))
 
     def coordinator(self, group: str, timeout: float = 5.0) -> int:
         """Id of the node coordinating consumer group ``group`` (its members' heartbeats)."""

@@ -165,8 +165,8 @@ class KafkaLog(EventLog):
         with self._lock:
             handle = self._producer
             if handle is not None and handle.stale:
-                # After a failed delivery the broker may not know our producer id any more; a
-                # fresh producer gets a new one. The old one finishes other threads' in-flight
+                # After a fatal error or a delivery report that never came, a fresh producer
+                # (with a new producer id) takes over. The old one finishes other threads' in-flight
                 # records in the background.
                 threading.Thread(target=handle.close, args=(self.settings.timeout_s,),
                                  name="effectlog-kafka-retire", daemon=True).start()

@@ -90,8 +90,11 @@ class Delivery:
 class AppendProducer:
     """A confluent Producer, the daemon thread serving its callbacks, and durable appends.
 
-    ``stale`` is set after a failed delivery or a fatal error: the owner replaces the
-    producer (the broker may no longer know its producer id).
+    ``stale`` is set after a fatal error or a delivery report that never came: the owner
+    replaces the producer. A delivery that failed (timed out on a dead or paused leader, say)
+    leaves it in use: librdkafka bumps the idempotent producer's epoch by itself, whereas a
+    new producer needs a new producer id, which brokers cannot hand out while the controller
+    is away (30 s by default; see docs/kafka/cluster.md).
     """
 
     def __init__(self, settings: KafkaSettings) -> None:
@@ -164,7 +167,8 @@ class AppendProducer:
         first = errors[0]
         if isinstance(first, KafkaError) and first.code() in _TOO_LARGE:
             return InvalidInput(f"record too large for kafka topic {name}: {first.str()}")
-        self.stale = True
+        if any(isinstance(e, KafkaError) and e.fatal() for e in errors):
+            self.stale = True
         return self.unavailable(f"{len(errors)} of {total} records to {name} not delivered: "
                                 f"{error_text(first)}")
 
