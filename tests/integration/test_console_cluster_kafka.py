@@ -44,6 +44,21 @@ def _unknown_effects(log_url: str, count: int) -> list[str]:
     return keys
 
 
+def _page(url: str, within_s: float = 30.0) -> str:
+    """The console page at ``url``. A 503 (a partition moving between the members, as a
+    loaded machine's missed heartbeat can still make them do after they first settled) is
+    asked again, as its ``Retry-After`` says, for up to ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        response = HTTP.request("GET", url)
+        if response.status == 200:
+            return str(response.data.decode("utf-8"))
+        text = " ".join(re.sub(r"<[^>]+>", " ", response.data.decode("utf-8")).split())
+        assert response.status == 503 and time.monotonic() < deadline, \
+            f"{url}: HTTP {response.status}: {text[-400:]}"
+        time.sleep(0.5)
+
+
 def _keys_on(page: str) -> list[str]:
     return re.findall(r'<td class="key"><a href="[^"]+">([^<]+)</a>', page)
 
@@ -60,24 +75,21 @@ def test_either_member_serves_the_whole_console(kafka_url: str, tmp_path: Path) 
         url: str | None = f"{first.url}/effects?state=UNKNOWN&limit=7"
         for _ in range(10):
             assert url is not None
-            response = HTTP.request("GET", url)
-            assert response.status == 200, response.data[:500]
-            page = response.data.decode("utf-8")
+            page = _page(url)
             seen += _keys_on(page)
             found = re.search(r'<a class="next" href="([^"]+)"', page)
             url = None if found is None else first.url + found.group(1).replace("&amp;", "&")
             if url is None:
                 break
         assert seen == keys  # every key once, in the group's index order
-        payments = _keys_on(HTTP.request(
-            "GET", f"{second.url}/effects?state=UNKNOWN&kind=payment&limit=50").data.decode())
+        payments = _keys_on(_page(f"{second.url}/effects?state=UNKNOWN&kind=payment&limit=50"))
         assert payments == keys[::3]
 
         theirs = set(second.serving())
         elsewhere = next(k for k in keys[::3]
                          if murmur2_partition(k.encode("utf-8"), 6) in theirs)
         key_page = f"{first.url}/effects/{quote(elsewhere, safe='')}"
-        page = HTTP.request("GET", key_page).data.decode("utf-8")
+        page = _page(key_page)
         assert 'id="state">UNKNOWN<' in page and page.count("<td>DISPATCH</td>") == 1
         assert "timed out" in page and "payment.charge" in page
 
