@@ -44,7 +44,11 @@ class Producer:
 
     def commit_transaction(self, timeout: float) -> None:
         self.committing = True
-        self._call("commit_transaction")
+        try:
+            self._call("commit_transaction")
+        except KafkaException as exc:  # a commit that needs an abort is over
+            self.committing = not exc.args[0].txn_requires_abort()
+            raise
         self.committing = False
 
     def abort_transaction(self, timeout: float) -> None:
@@ -64,7 +68,7 @@ def writer(producer: Producer) -> KafkaChangelogWriter:
     made.settings = type("S", (), {"timeout_s": 1.0, "bootstrap": "127.0.0.1:9"})()  # type: ignore[assignment]
     made.partition, made.name = 0, "t.state"
     made._producer = producer  # type: ignore[assignment]
-    made._committing = False
+    made._unfinished = None
     return made
 
 
@@ -81,17 +85,54 @@ def test_a_commit_that_timed_out_is_finished_by_the_next_publication_not_aborted
     assert producer.calls[-1] == "commit_transaction"
 
 
-def test_a_commit_that_needs_an_abort_is_aborted_and_the_next_publication_starts_afresh() -> None:
+def test_a_commit_that_can_only_be_aborted_is_aborted_and_the_publication_goes_on() -> None:
+    """The records of a commit retried after the broker was away timed out meanwhile: the
+    next publication aborts that transaction and publishes (its changes carry them)."""
     producer = Producer()
     producer.fail["commit_transaction"] = [TIMED_OUT, REQUIRES_ABORT]
     changelog = writer(producer)
-    for _ in range(2):
-        with pytest.raises(BackendUnavailable):
-            changelog.publish([(b"k", b"v")], b"checkpoint")
-    assert producer.calls[-1] == "abort_transaction"
+    with pytest.raises(BackendUnavailable):
+        changelog.publish([(b"k", b"v")], b"checkpoint")
     producer.calls.clear()
     changelog.publish([(b"k", b"v")], b"checkpoint")
-    assert producer.calls[0] == "begin_transaction"
+    assert producer.calls == ["commit_transaction", "abort_transaction", "begin_transaction",
+                              "produce", "produce", "commit_transaction"]
+
+
+def test_an_abort_the_broker_did_not_answer_is_asked_again_before_the_next_transaction() -> None:
+    producer = Producer()
+    producer.fail["commit_transaction"] = [REQUIRES_ABORT]
+    producer.fail["abort_transaction"] = [TIMED_OUT, TIMED_OUT]
+    changelog = writer(producer)
+    with pytest.raises(BackendUnavailable):  # the commit needs an abort, which times out
+        changelog.publish([(b"k", b"v")], b"checkpoint")
+    with pytest.raises(BackendUnavailable):  # the abort again, still away: nothing begins
+        changelog.publish([(b"k", b"v")], b"checkpoint")
+    assert producer.calls.count("begin_transaction") == 1
+    producer.calls.clear()
+    changelog.publish([(b"k", b"v")], b"checkpoint")  # back: abort, then publish
+    assert producer.calls[:2] == ["abort_transaction", "begin_transaction"]
+    assert producer.calls[-1] == "commit_transaction"
+
+
+def test_a_publication_failing_before_its_commit_is_aborted_at_once() -> None:
+    producer = Producer()
+    producer.fail["begin_transaction"] = [TIMED_OUT]
+    changelog = writer(producer)
+    with pytest.raises(BackendUnavailable):
+        changelog.publish([(b"k", b"v")], b"checkpoint")
+    assert "abort_transaction" not in producer.calls  # nothing began
+    producer.calls.clear()
+
+    def failing_produce(*args: Any, **kwargs: Any) -> None:
+        producer.calls.append("produce")
+        raise TIMED_OUT
+
+    producer.produce = failing_produce  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable):
+        changelog.publish([(b"k", b"v")], b"checkpoint")
+    assert producer.calls == ["begin_transaction", "produce", "abort_transaction"]
+    assert changelog._unfinished is None
 
 
 def test_a_fatal_producer_is_fenced_and_closing_it_raises_nothing() -> None:

@@ -52,7 +52,9 @@ def read_config(settings: KafkaSettings) -> ClientConfig:
     }
 
 
-def _retriable(exc: KafkaException) -> bool:
+def _commit_again(exc: KafkaException) -> bool:
+    """Whether a commit that raised ``exc`` may be asked again (it timed out); if not (its
+    records timed out, say), the transaction can only be aborted."""
     err = exc.args[0] if exc.args else None
     return isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort()
 
@@ -63,8 +65,19 @@ def transactional_id(settings: KafkaSettings, partition: int) -> str:
     return f"effectlog-{settings.prefix}-state-p{partition}"
 
 
+#: How long the transaction coordinator lets a publication stay open before aborting it. A
+#: paused coordinator counts its pause too: with 10 s, an 8 s pause made it abort a
+#: publication whose commit was about to be retried, which made the producer fatal. A killed
+#: owner's open publication holds nothing back meanwhile: its next owner aborts it at once.
+TRANSACTION_TIMEOUT_MS = 60_000
+
+
 class KafkaChangelogWriter(ChangelogWriter):
-    """A transactional producer that publishes one partition of ``<prefix>.state``."""
+    """A transactional producer that publishes one partition of ``<prefix>.state``.
+
+    A publication whose end failed (a commit that timed out, an abort the broker did not
+    answer) leaves that end to finish first (``_unfinished``): librdkafka refuses any other
+    transactional call until it is."""
 
     def __init__(self, settings: KafkaSettings, partition: int) -> None:
         self.settings = settings
@@ -74,12 +87,10 @@ class KafkaChangelogWriter(ChangelogWriter):
         self._producer = Producer({
             **producer_config(settings),
             "transactional.id": transactional_id(settings, partition),
-            # a publisher killed mid-transaction holds restores back at most this long, and
-            # only until the next owner's init_transactions aborts it
-            "transaction.timeout.ms": max(10_000, 2 * timeout_ms),
+            "transaction.timeout.ms": max(TRANSACTION_TIMEOUT_MS, 2 * timeout_ms),
             "error_cb": lambda err: log.debug("changelog producer error: %s", err.str()),
         })
-        self._committing = False  # a commit was asked for and has not finished
+        self._unfinished: str | None = None  # "commit" or "abort": asked for, not finished
         try:
             self._producer.init_transactions(settings.timeout_s)
         except KafkaException as exc:
@@ -88,29 +99,44 @@ class KafkaChangelogWriter(ChangelogWriter):
     def publish(self, changes: Sequence[Change], checkpoint: bytes) -> None:
         producer = self._producer
         try:
-            self._finish_open_commit()
+            self._finish()
+        except KafkaException as exc:  # still unfinished: retried by the next publication
+            raise self._failed(exc, "publish") from None
+        try:
             producer.begin_transaction()
+            self._unfinished = "abort"  # until the commit is asked for
             for key, value in changes:
                 self._produce(key, value)
             self._produce(CHECKPOINT_KEY, checkpoint)
-            self._committing = True
+            self._unfinished = "commit"
             producer.commit_transaction(self.settings.timeout_s)
-            self._committing = False
+            self._unfinished = None
         except KafkaException as exc:
             error = self._failed(exc, "publish")
-            if not isinstance(error, Fenced) and not (self._committing and _retriable(exc)):
-                self._committing = False
-                with contextlib.suppress(KafkaException):
-                    producer.abort_transaction(self.settings.timeout_s)
+            if isinstance(error, Fenced):
+                raise error from None
+            if self._unfinished == "commit" and not _commit_again(exc):
+                self._unfinished = "abort"
+            if self._unfinished == "abort":
+                with contextlib.suppress(KafkaException):  # else retried by the next one
+                    self._finish()
             raise error from None
 
-    def _finish_open_commit(self) -> None:
-        """A commit that timed out is retried, not aborted (librdkafka refuses an abort, and
-        every later transaction, while it is in progress): its records are published again
-        by this publication anyway, so either outcome is fine."""
-        if self._committing:
-            self._producer.commit_transaction(self.settings.timeout_s)
-            self._committing = False
+    def _finish(self) -> None:
+        """Finish the last publication's end. A commit that timed out is retried, not
+        aborted (librdkafka refuses an abort while it is in progress); one that can only be
+        aborted now is, and this publication carries its records again anyway."""
+        if self._unfinished == "commit":
+            try:
+                self._producer.commit_transaction(self.settings.timeout_s)
+                self._unfinished = None
+            except KafkaException as exc:
+                if _commit_again(exc) or isinstance(self._failed(exc, "publish"), Fenced):
+                    raise
+                self._unfinished = "abort"
+        if self._unfinished == "abort":
+            self._producer.abort_transaction(self.settings.timeout_s)
+            self._unfinished = None
 
     def _produce(self, key: bytes, value: bytes | None) -> None:
         while True:
