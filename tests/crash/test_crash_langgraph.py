@@ -74,6 +74,15 @@ class Agent:
         return self.proc.stderr.read()[-3000:] if self.proc.poll() is not None else ""
 
 
+def _receipt_in(answer: str) -> Any:
+    """The receipt the agent reported. Its keys come in the order of whichever copy the
+    resumed graph used: the recorded result effectlog replayed, or the tool message LangGraph
+    had already saved (a background write may land before the kill)."""
+    prefix = "invoice sent: "
+    assert answer.startswith(prefix), answer
+    return json.loads(answer[len(prefix):])
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> Env:
     return Env(tmp_path, f"sqlite:///{tmp_path}/log.db")
@@ -93,7 +102,7 @@ def test_killed_after_the_provider_answered_the_resumed_agent_waits_for_lookup_t
     code, done = Agent(env, "--resume").finish()
     assert (code, done["status"]) == (0, "completed")
     receipt = env.provider.lookup(KEY).outcome.result  # type: ignore[union-attr]
-    assert done["answer"] == f"invoice sent: {json.dumps(receipt)}"
+    assert _receipt_in(done["answer"]) == receipt
     assert env.provider.executions(KEY) == 1 and env.provider.total_executions() == 1
 
 
@@ -105,7 +114,7 @@ def test_killed_before_the_checkpoint_the_resumed_agent_replays_the_recorded_res
     code, done = Agent(env, "--resume").finish()
     assert (code, done["status"]) == (0, "completed")
     receipt = env.provider.lookup(KEY).outcome.result  # type: ignore[union-attr]
-    assert done["answer"] == f"invoice sent: {json.dumps(receipt)}"
+    assert _receipt_in(done["answer"]) == receipt
     assert env.provider.calls(KEY) == 1 and env.provider.total_executions() == 1
     assert [e.transition for e in env.history(KEY)] == [
         Transition.CREATE, Transition.RESERVE, Transition.DISPATCH, Transition.RECORD]
