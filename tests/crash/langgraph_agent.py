@@ -46,16 +46,35 @@ async def pause(point: str, wanted: str | None) -> None:
 
 
 class PausingSaver(AsyncSqliteSaver):
-    """LangGraph's SQLite checkpointer, pausing before it saves the tool node's writes."""
+    """LangGraph's SQLite checkpointer, pausing before it saves anything that holds the tool's
+    message: the node's writes, and the next step's checkpoint, which LangGraph may save in
+    the background while the writes are still held (it once did: the resumed graph then
+    skipped the tool)."""
 
     pause_at: str | None = None
+    _held = False
 
     async def aput_writes(self, config: Any, writes: Any, task_id: str,
                           task_path: str = "") -> None:
         if any(isinstance(value, list) and any(isinstance(m, ToolMessage) for m in value)
                for _, value in writes):
-            await pause("before_checkpoint", self.pause_at)
+            await self._hold()
         await super().aput_writes(config, writes, task_id, task_path)
+
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        messages = checkpoint.get("channel_values", {}).get("messages", [])
+        if any(isinstance(m, ToolMessage) for m in messages):
+            await self._hold()
+        return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def _hold(self) -> None:
+        """The first save of the tool's message pauses; any later one waits for the kill."""
+        if self.pause_at != "before_checkpoint":
+            return
+        if self._held:
+            await asyncio.Event().wait()
+        self._held = True
+        await pause("before_checkpoint", self.pause_at)
 
 
 def build_tool(provider: Provider, pause_at: str | None, naive: bool) -> Any:

@@ -75,9 +75,8 @@ class Agent:
 
 
 def _receipt_in(answer: str) -> Any:
-    """The receipt the agent reported. Its keys come in the order of whichever copy the
-    resumed graph used: the recorded result effectlog replayed, or the tool message LangGraph
-    had already saved (a background write may land before the kill)."""
+    """The receipt the agent reported, as data: the JSON of a replayed result and of the
+    provider's stored one need not list its keys in the same order."""
     prefix = "invoice sent: "
     assert answer.startswith(prefix), answer
     return json.loads(answer[len(prefix):])
