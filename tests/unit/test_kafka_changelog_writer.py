@@ -72,15 +72,24 @@ def writer(producer: Producer) -> KafkaChangelogWriter:
     return made
 
 
-def test_a_commit_that_timed_out_is_finished_by_the_next_publication_not_aborted() -> None:
+def failing(**calls: list[BaseException]) -> tuple[Producer, KafkaChangelogWriter]:
+    """A writer on a fake producer whose named calls raise the given exceptions, in turn."""
     producer = Producer()
-    producer.fail["commit_transaction"] = [TIMED_OUT]
-    changelog = writer(producer)
+    producer.fail.update(calls)
+    return producer, writer(producer)
+
+
+def publish(changelog: KafkaChangelogWriter) -> None:
+    changelog.publish([(b"k", b"v")], b"checkpoint")
+
+
+def test_a_commit_that_timed_out_is_finished_by_the_next_publication_not_aborted() -> None:
+    producer, changelog = failing(commit_transaction=[TIMED_OUT])
     with pytest.raises(BackendUnavailable):
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     assert "abort_transaction" not in producer.calls  # librdkafka would refuse it
     producer.calls.clear()
-    changelog.publish([(b"k", b"v")], b"checkpoint")  # the broker is back
+    publish(changelog)  # the broker is back
     assert producer.calls[:2] == ["commit_transaction", "begin_transaction"]
     assert producer.calls[-1] == "commit_transaction"
 
@@ -88,39 +97,33 @@ def test_a_commit_that_timed_out_is_finished_by_the_next_publication_not_aborted
 def test_a_commit_that_can_only_be_aborted_is_aborted_and_the_publication_goes_on() -> None:
     """The records of a commit retried after the broker was away timed out meanwhile: the
     next publication aborts that transaction and publishes (its changes carry them)."""
-    producer = Producer()
-    producer.fail["commit_transaction"] = [TIMED_OUT, REQUIRES_ABORT]
-    changelog = writer(producer)
+    producer, changelog = failing(commit_transaction=[TIMED_OUT, REQUIRES_ABORT])
     with pytest.raises(BackendUnavailable):
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     producer.calls.clear()
-    changelog.publish([(b"k", b"v")], b"checkpoint")
+    publish(changelog)
     assert producer.calls == ["commit_transaction", "abort_transaction", "begin_transaction",
                               "produce", "produce", "commit_transaction"]
 
 
 def test_an_abort_the_broker_did_not_answer_is_asked_again_before_the_next_transaction() -> None:
-    producer = Producer()
-    producer.fail["commit_transaction"] = [REQUIRES_ABORT]
-    producer.fail["abort_transaction"] = [TIMED_OUT, TIMED_OUT]
-    changelog = writer(producer)
+    producer, changelog = failing(commit_transaction=[REQUIRES_ABORT],
+                                  abort_transaction=[TIMED_OUT, TIMED_OUT])
     with pytest.raises(BackendUnavailable):  # the commit needs an abort, which times out
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     with pytest.raises(BackendUnavailable):  # the abort again, still away: nothing begins
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     assert producer.calls.count("begin_transaction") == 1
     producer.calls.clear()
-    changelog.publish([(b"k", b"v")], b"checkpoint")  # back: abort, then publish
+    publish(changelog)  # back: abort, then publish
     assert producer.calls[:2] == ["abort_transaction", "begin_transaction"]
     assert producer.calls[-1] == "commit_transaction"
 
 
 def test_a_publication_failing_before_its_commit_is_aborted_at_once() -> None:
-    producer = Producer()
-    producer.fail["begin_transaction"] = [TIMED_OUT]
-    changelog = writer(producer)
+    producer, changelog = failing(begin_transaction=[TIMED_OUT])
     with pytest.raises(BackendUnavailable):
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     assert "abort_transaction" not in producer.calls  # nothing began
     producer.calls.clear()
 
@@ -130,18 +133,14 @@ def test_a_publication_failing_before_its_commit_is_aborted_at_once() -> None:
 
     producer.produce = failing_produce  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable):
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     assert producer.calls == ["begin_transaction", "produce", "abort_transaction"]
     assert changelog._unfinished is None
 
 
 def test_a_fatal_producer_is_fenced_and_closing_it_raises_nothing() -> None:
-    producer = Producer()
-    producer.fail["begin_transaction"] = [FATAL]
-    producer.fail["abort_transaction"] = [FATAL]
-    producer.fail["flush"] = [FATAL]
-    changelog = writer(producer)
+    producer, changelog = failing(begin_transaction=[FATAL], abort_transaction=[FATAL], flush=[FATAL])
     with pytest.raises(Fenced):
-        changelog.publish([(b"k", b"v")], b"checkpoint")
+        publish(changelog)
     changelog.close()  # inside a revoke callback: an exception here would escape the group
     assert producer.calls[-3:] == ["abort_transaction", "purge", "flush"]

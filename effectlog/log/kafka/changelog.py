@@ -52,6 +52,12 @@ def read_config(settings: KafkaSettings) -> ClientConfig:
     }
 
 
+def _fenced(exc: KafkaException) -> bool:
+    """The producer may do nothing more: a later owner fenced it, or it hit a fatal error."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and (err.code() in _FENCED or err.fatal())
+
+
 def _commit_again(exc: KafkaException) -> bool:
     """Whether a commit that raised ``exc`` may be asked again (it timed out); if not (its
     records timed out, say), the transaction can only be aborted."""
@@ -131,7 +137,7 @@ class KafkaChangelogWriter(ChangelogWriter):
                 self._producer.commit_transaction(self.settings.timeout_s)
                 self._unfinished = None
             except KafkaException as exc:
-                if _commit_again(exc) or isinstance(self._failed(exc, "publish"), Fenced):
+                if _commit_again(exc) or _fenced(exc):
                     raise
                 self._unfinished = "abort"
         if self._unfinished == "abort":
@@ -147,11 +153,10 @@ class KafkaChangelogWriter(ChangelogWriter):
                 self._producer.poll(0.05)
 
     def _failed(self, exc: KafkaException, doing: str) -> Fenced | BackendUnavailable:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and (err.code() in _FENCED or err.fatal()):
+        if _fenced(exc):
             return Fenced(f"changelog partition {self.partition} of {self.name} was taken by "
-                          f"a later owner: this one may not {doing} it any more ({err.str()})",
-                          "zombie_owner")
+                          f"a later owner: this one may not {doing} it any more "
+                          f"({error_text(exc)})", "zombie_owner")
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: cannot "
                                   f"{doing} changelog partition {self.partition}: "
                                   f"{error_text(exc)}")
