@@ -29,7 +29,7 @@ from consumers.node.health import DEFAULT_WAIT_S as DEFAULT_HEALTH_WAIT_S
 from consumers.node.health import LogFigures
 from consumers.node.http_api import RouteHook, build_app
 from consumers.node.judging import NodeJudge, PartitionJudge
-from consumers.node.publisher import Publisher
+from consumers.node.publisher import RETAKE_AFTER_S, Publisher
 from consumers.node.readiness import readiness
 from consumers.node.recovering import NodeRecovery
 from consumers.node.server import HttpServer
@@ -132,7 +132,9 @@ class Node:
         self.publisher = None if changelog is None else self._open(
             # the projector's writers, not the store's: a partition still being opened (its
             # copy not yet checked against the changelog, or being restored) is not published
-            Publisher(changelog, self.projector.writers, api_log.identity()))
+            Publisher(changelog, self.projector.writers, api_log.identity(),
+                      retake_after_s=max(RETAKE_AFTER_S, 3 * s.session_timeout_ms / 1000),
+                      held=lambda partition: self.membership.owners().get(partition) == self.url))
         if s.http_port is not None:
             self.server = HttpServer(s.http_host, s.http_port)
         self.url = s.advertise or (self.server.url if self.server else "local:")

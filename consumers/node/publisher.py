@@ -8,14 +8,23 @@ the publisher publishes each owned partition's changes: the states of the keys c
 the last publication, read from one RocksDB snapshot, and a checkpoint naming the events offset
 they reflect, in one transaction. A cooperative revoke publishes what is left before the
 partition goes, so its next owner restores without replaying; a lost partition is just let go.
-A publication that fails is retried with the next round; a fenced one means another member
-owns the partition now, and it is let go.
+A publication that fails is retried with the next round. A fenced one means another member
+owns the partition now, or the transaction coordinator ended the writer (a publication left
+open past ``transaction.timeout.ms`` while the broker was away): either way the writer is let
+go, and taken again after :data:`RETAKE_AFTER_S` if the group still gives this member the
+partition then.
+Taking it again is as safe as the first take: it fences every other writer before it reads the
+last checkpoint, and publishes only once applied past it, so the changelog never goes back in
+time, whoever publishes last. Without it, a partition would go unpublished until its next
+rebalance, and a restore after that would replay ever more of the events topic, which
+compaction may already have thinned.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from effectlog.errors import BackendUnavailable, Fenced
@@ -27,19 +36,31 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between publications (a restore replays at most about this much of the events).
 PUBLISH_EVERY_S = 1.0
+#: Seconds (at least) before a fenced partition's writer is taken again. A member paused through
+#: a rebalance (a zombie) learns from the group within a few heartbeats once it runs again that
+#: the partition is another member's, and lets it go before then.
+RETAKE_AFTER_S = 30.0
 
 
 class Publisher:
     """Publishes the partitions this node owns to ``changelog``; ``writers`` are the
-    projector's open partition writers, by partition."""
+    projector's open partition writers, by partition; ``held`` says whether the group gives
+    this member a partition now (a fenced writer is taken again only then)."""
 
     def __init__(self, changelog: Changelog, writers: Callable[[], Mapping[int, PartitionWriter]],
-                 log_id: str | None, interval_s: float = PUBLISH_EVERY_S) -> None:
+                 log_id: str | None, interval_s: float = PUBLISH_EVERY_S,
+                 retake_after_s: float = RETAKE_AFTER_S,
+                 held: Callable[[int], bool] = lambda partition: True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.changelog = changelog
         self.writers = writers
+        self.held = held
         self.log_id = log_id
         self.interval_s = interval_s
+        self.retake_after_s = retake_after_s
+        self._clock = clock
         self._owned: dict[int, ChangelogWriter] = {}
+        self._fenced: dict[int, float] = {}  # held here, writer lost: when it was fenced
         self._floor: dict[int, int] = {}  # publish only once applied past the last checkpoint
         self._lock = threading.Lock()  # one publication (or take, or release) at a time
         self.publications = 0
@@ -51,12 +72,48 @@ class Publisher:
         past the changelog's last checkpoint, so the changelog never goes back in time."""
         for partition in partitions:
             with self._lock:
-                if partition in self._owned:
+                self._fenced.pop(partition, None)
+                self._take(partition)
+
+    def retake(self) -> list[int]:
+        """Take again the writers fenced :attr:`retake_after_s` ago or more, of the
+        partitions the projector still holds and the group gives this member; the partitions
+        taken. One that fails is tried again after as long."""
+        taken = []
+        with self._lock:
+            due = sorted(self._fenced.items())
+        for partition, since in due:
+            if self._clock() - since < self.retake_after_s or \
+                    partition not in self.writers() or not self.held(partition):
+                continue
+            with self._lock:
+                if self._fenced.pop(partition, None) is None:  # released meanwhile
                     continue
-                self._owned[partition] = self.changelog.writer(partition)
-                raw = self.changelog.last_checkpoint(partition)
-                self._floor[partition] = 0 if raw is None else Checkpoint.decode(raw).applied
-                logger.info("partition %d: publishing its state to the changelog", partition)
+                try:
+                    self._take(partition)
+                except (Fenced, BackendUnavailable) as exc:
+                    logger.warning("partition %d: taking its changelog writer again failed "
+                                   "(tried again in %gs): %s", partition,
+                                   self.retake_after_s, exc)
+                    self._fenced[partition] = self._clock()
+                    continue
+            taken.append(partition)
+        return taken
+
+    def _take(self, partition: int) -> None:
+        """Take ``partition``'s writer (under the lock): fence every earlier one, then read
+        the last checkpoint, which no other writer can move past any more."""
+        if partition in self._owned:
+            return
+        writer = self.changelog.writer(partition)
+        try:
+            raw = self.changelog.last_checkpoint(partition)
+            self._floor[partition] = 0 if raw is None else Checkpoint.decode(raw).applied
+        except BaseException:
+            writer.close()
+            raise
+        self._owned[partition] = writer
+        logger.info("partition %d: publishing its state to the changelog", partition)
 
     def release(self, partitions: Sequence[int], *, final: bool) -> None:
         """Let ``partitions`` go; ``final``: publish what is left first (a cooperative
@@ -70,6 +127,7 @@ class Publisher:
             with self._lock:
                 writer = self._owned.pop(partition, None)
                 self._floor.pop(partition, None)
+                self._fenced.pop(partition, None)
             if writer is not None:
                 writer.close()
 
@@ -87,9 +145,11 @@ class Publisher:
             try:
                 owner.publish(changes.changes, changes.checkpoint(self.log_id))
             except Fenced as exc:
-                logger.warning("%s", exc)
+                logger.warning("%s; taking it again in %gs if this member still holds it",
+                               exc, self.retake_after_s)
                 store.published(changes, ok=False)
                 self._owned.pop(partition, None)
+                self._fenced[partition] = self._clock()
                 owner.close()
                 return False
             except BackendUnavailable:
@@ -104,8 +164,10 @@ class Publisher:
             return sorted(self._owned)
 
     def run(self, stop: threading.Event) -> None:
-        """Publish every owned partition every ``interval_s`` until ``stop`` is set."""
+        """Publish every owned partition every ``interval_s`` until ``stop`` is set (and
+        take fenced writers again when it is time)."""
         while not stop.wait(self.interval_s):
+            self.retake()
             for partition in self.owned():
                 try:
                     self.publish(partition)
@@ -116,5 +178,6 @@ class Publisher:
     def close(self) -> None:
         with self._lock:
             owned, self._owned = self._owned, {}
+            self._fenced.clear()
         for writer in owned.values():
             writer.close()

@@ -255,7 +255,7 @@ def test_a_zombie_owner_cannot_publish_what_a_restore_adopts(kafka_bootstrap: st
         wait_until(lambda: published_everything(url), 30, "the successor published")
         release.touch()
         zombie.send_signal(signal.SIGCONT)
-        wait_until(lambda: "taken by a later owner" in err.read_text(), 60,
+        wait_until(lambda: "this writer was fenced" in err.read_text(), 60,
                    "the zombie's commit was refused")
     finally:
         zombie.send_signal(signal.SIGCONT)
@@ -299,6 +299,49 @@ def test_a_promoted_standby_publishes_nothing_older_than_the_changelog(
     finally:
         for member in members:
             member.stop()
+    fresh = Serve(tmp_path, "fresh", url, None)
+    try:
+        wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")
+        wait_until(lambda: caught_up(fresh, url, list(range(PARTITIONS))), 30, "caught up")
+        assert digests(fresh.state_dir, list(range(PARTITIONS))) == truth
+    finally:
+        fresh.stop()
+
+
+def test_an_owner_whose_writer_was_fenced_publishes_again_while_the_group_gives_it_the_partition(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The owner's changelog writer of partition 0 is fenced by a producer outside the group
+    (as the coordinator ends one whose publication stayed open past its timeout). The owner
+    lets the writer go, takes it again once its time came (30 s) since the group still gives
+    it the partition, and publishes what changed meanwhile; a fresh member restores it to a
+    full replay."""
+    from confluent_kafka import Producer
+
+    from effectlog.log.kafka.changelog import transactional_id
+
+    url = compacted_url(kafka_bootstrap)
+    settings = KafkaSettings.from_url(url)
+    with opened(url) as log:
+        write_histories(log, per_reason=1, tag="f1-")
+    owner = Serve(tmp_path, "owner", url, None)
+    try:
+        wait_until(lambda: len(serving(owner)) == PARTITIONS, 90, "the owner serves")
+        wait_until(lambda: published_everything(url), 30, "the owner published")
+        fencer = Producer({**settings.client_config(),
+                           "transactional.id": transactional_id(settings, 0)})
+        fencer.init_transactions(30)  # bumps the epoch: the owner's writer is fenced
+        with opened(url) as log:
+            write_histories(log, per_reason=2, tag="f2-")
+        wait_until(lambda: "taking it again" in owner.err_path.read_text(), 30,
+                   "the owner's publication was fenced")
+        assert not published_everything(url)
+        wait_until(lambda: published_everything(url), 90, "the owner published again")
+        text = owner.err_path.read_text()
+        assert "partition 0: publishing its state to the changelog" in text.split(
+            "taking it again")[-1], "the writer was taken again"
+    finally:
+        owner.stop()
+    truth = replayed(url, tmp_path / "replay")
     fresh = Serve(tmp_path, "fresh", url, None)
     try:
         wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")

@@ -154,8 +154,9 @@ class KafkaChangelogWriter(ChangelogWriter):
 
     def _failed(self, exc: KafkaException, doing: str) -> Fenced | BackendUnavailable:
         if _fenced(exc):
-            return Fenced(f"changelog partition {self.partition} of {self.name} was taken by "
-                          f"a later owner: this one may not {doing} it any more "
+            return Fenced(f"changelog partition {self.partition} of {self.name}: this writer "
+                          f"was fenced (a later owner took it, or the coordinator ended its "
+                          f"open publication) and may not {doing} it any more "
                           f"({error_text(exc)})", "zombie_owner")
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: cannot "
                                   f"{doing} changelog partition {self.partition}: "
