@@ -17,7 +17,8 @@ continues on that one.
 
 On a log with a changelog (Kafka: the events topic is compacted, see
 :mod:`effectlog.log.changelog`) a partition whose stored offset is not the changelog's last
-checkpoint is restored from the changelog first (:mod:`projections.restore`).
+checkpoint is restored from the changelog first (:mod:`projections.restore`), and no record
+past a stretch compaction may have thinned is applied (:mod:`projections.compaction_guard`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.source import LogSource, RecordSource
+from projections.compaction_guard import CompactionGuard, HaltCallback
 from projections.decoding import InlineDecoder, ProcessDecoder
 from projections.restore import starting_writer
 from projections.settings import (
@@ -68,13 +70,16 @@ class Projector:
     ``store`` is a :class:`ProjectionStore` or a state directory (the RocksDB store);
     ``partitions`` is the fixed assignment used without a consumer group (default: all).
     ``from_changelog`` False replays the events topic alone (a baseline for tests and
-    benchmarks: on a compacted topic it is not what a full replay was).
+    benchmarks: on a compacted topic it is not what a full replay was). ``on_halt`` hears of
+    a partition halted before a gap compaction may have made; without it, such a gap raises
+    :class:`~projections.compaction_guard.CompactionGap`.
     """
 
     def __init__(self, log: EventLog, store: ProjectionStore | str | os.PathLike[str],
                  settings: ProjectorSettings | None = None, *, follow_swaps: bool = True,
                  partitions: Iterable[int] | None = None,
-                 on_applied: AppliedCallback | None = None, from_changelog: bool = True) -> None:
+                 on_applied: AppliedCallback | None = None, from_changelog: bool = True,
+                 on_halt: HaltCallback | None = None) -> None:
         self.log = log
         self.changelog = log.changelog() if from_changelog else None
         self.settings = settings or ProjectorSettings()
@@ -87,6 +92,8 @@ class Projector:
         self._next_swap_check = 0.0
         self.partitions = None if partitions is None else sorted(set(partitions))
         self.on_applied = on_applied
+        self.guard = CompactionGuard(log, on_halt=on_halt,
+                                     accept=self.settings.accept_compaction_gaps)
         self._writers: dict[int, PartitionWriter] = {}
         self._cursors: dict[int, int] = {}  # next offset to read, per partition
         self._reached: dict[int, int] = {}  # the source passed these offsets: no records below
@@ -113,6 +120,7 @@ class Projector:
                     raise
                 self._writers[partition] = writer
                 self._cursors[partition] = writer.next_offset
+                self.guard.start(partition, writer.next_offset)
                 logger.info("partition %d assigned: resuming at offset %d", partition,
                             writer.next_offset)
         return {p: self._writers[p].next_offset for p in partitions}
@@ -131,6 +139,7 @@ class Projector:
                 logger.info("partition %d %s", partition, "lost" if lost else "revoked")
             for table in (self._cursors, self._reached):
                 table.pop(partition, None)
+            self.guard.forget(partition)
 
     def open(self) -> None:
         """Open the fixed assignment (every partition unless ``partitions`` was given)."""
@@ -267,15 +276,16 @@ class Projector:
             wait = 0.0 if self._inflight else self.settings.idle_sleep_s
             fetched = source.poll(self.settings.batch_size, wait)
             for partition, offset in fetched.reached.items():
-                if partition in self._writers:
+                if partition in self._writers and self.guard.reached(partition, offset):
                     self._reached[partition] = offset
             if not fetched.records:
                 self._note_reached()
                 return
-            for partition, records in _by_partition(fetched.records).items():
+            for partition, found in _by_partition(fetched.records).items():
+                records = self.guard.admit(partition, found)
                 start = self._cursors.get(partition)
-                if start is None or records[-1].offset < start:
-                    continue  # not ours (any more), or read before
+                if start is None or not records or records[-1].offset < start:
+                    continue  # not ours (any more), read before, or halted
                 decoder = self._decoder_for(len(records))
                 decoder.send([r.value for r in records])
                 self._inflight.append(_InFlight(partition, start, records, decoder))

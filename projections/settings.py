@@ -29,6 +29,9 @@ class ProjectorSettings:
     process_decode_min: int = 1000
     pipeline_depth: int = 2
     log_every_s: float = 10.0
+    #: Apply past a gap compaction may have made (:mod:`projections.compaction_guard`),
+    #: logging it, instead of halting the partition there.
+    accept_compaction_gaps: bool = False
 
 
 @dataclass(slots=True)

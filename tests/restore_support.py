@@ -14,7 +14,7 @@ from effectlog.log.base import TOMBSTONE
 from effectlog.machine import advance, new_effect
 from effectlog.model import EffectEvent, Outcome, State
 from effectlog.model import Transition as T
-from projections.projector import Projector
+from projections.projector import Projector, ProjectorSettings
 from projections.rocksdb.digest import partition_digest
 
 #: What a digest covers: current states with the positions of their accepted events, the
@@ -88,9 +88,12 @@ def write_histories(log: EventLog, per_reason: int, tag: str = "") -> list[str]:
     return keys
 
 
-def replayed(url: str, state_dir: Path) -> dict[int, str]:
-    """A full replay of the events topic (no changelog), digest per partition."""
-    with open_log(url) as log, Projector(log, state_dir, from_changelog=False) as projector:
+def replayed(url: str, state_dir: Path, accept_gaps: bool = False) -> dict[int, str]:
+    """A full replay of the events topic (no changelog), digest per partition
+    (``accept_gaps``: applying past gaps compaction may have made)."""
+    settings = ProjectorSettings(accept_compaction_gaps=accept_gaps)
+    with open_log(url) as log, Projector(log, state_dir, settings,
+                                         from_changelog=False) as projector:
         projector.run(once=True)
         partitions = range(log.partitions(EVENTS))
     return {p: partition_digest(state_dir, p, RESTORED) for p in partitions}

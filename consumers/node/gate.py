@@ -1,11 +1,13 @@
 """The partition gate: which events partitions this node serves and how far each is applied.
 
 A partition assigned to the node is *restoring* until its projection has applied the log
-end offset seen at assignment, then *serving*. Only serving partitions answer queries, and
-recovery and reconciliation act only on them (quix-streams' recovery manager holds the
-same line). Requests wait here for read-your-writes: the projector thread reports each
-applied batch (:meth:`PartitionGate.applied`), which wakes waiting threads at once and
-waiting asyncio tasks through their loop's ``call_soon_threadsafe``, never by polling.
+end offset seen at assignment, then *serving*; one whose projector met a gap compaction may
+have made is *halted* there (:mod:`projections.compaction_guard`) and never serves. Only
+serving partitions answer queries, and recovery and reconciliation act only on them
+(quix-streams' recovery manager holds the same line). Requests wait here for
+read-your-writes: the projector thread reports each applied batch
+(:meth:`PartitionGate.applied`), which wakes waiting threads at once and waiting asyncio
+tasks through their loop's ``call_soon_threadsafe``, never by polling.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Literal
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["serving", "restoring"]
+Status = Literal["serving", "restoring", "halted"]
 #: Called when a partition starts serving: (partition, records restored, seconds taken).
 RestoredCallback = Callable[[int, int, float], None]
 
@@ -38,6 +40,11 @@ class _Partition:
     since: float    # monotonic time of the assignment
     serving: bool = False
     reported: float = 0.0  # monotonic time progress was last logged
+    halted: str | None = None  # why it never serves here
+
+    @property
+    def status(self) -> Status:
+        return "halted" if self.halted else "serving" if self.serving else "restoring"
 
 
 class PartitionGate:
@@ -74,7 +81,7 @@ class PartitionGate:
             if part is None:
                 return
             part.position = position
-            done = not part.serving and position >= part.target
+            done = not part.serving and not part.halted and position >= part.target
             if not part.serving and not done:
                 now = time.monotonic()
                 if now - part.reported >= self.progress_every_s:
@@ -89,6 +96,23 @@ class PartitionGate:
             self._restored(partition)
         if wake:
             self._notify(partition)
+
+    def halt(self, partition: int, why: str) -> None:
+        """``partition`` stops serving for good (until assigned again): ``why``."""
+        with self._cond:
+            part = self._parts.get(partition)
+            if part is None:
+                return
+            part.halted, part.serving = why, False
+            self._cond.notify_all()
+            wake = bool(self._waiters.get(partition))
+        if wake:
+            self._notify(partition)
+
+    def halted(self) -> dict[int, str]:
+        """The halted partitions, with why."""
+        with self._cond:
+            return {p: part.halted for p, part in sorted(self._parts.items()) if part.halted}
 
     def revoked(self, partition: int) -> None:
         """``partition`` is no longer ours: stop serving it now."""
@@ -110,7 +134,7 @@ class PartitionGate:
     def _restored(self, partition: int) -> None:
         with self._cond:
             part = self._parts.get(partition)
-            if part is None or part.serving:
+            if part is None or part.serving or part.halted:
                 return
             part.serving = True
             records, took = part.position - part.start, time.monotonic() - part.since
@@ -123,11 +147,9 @@ class PartitionGate:
     # -- readers -------------------------------------------------------------------------
 
     def status(self, partition: int) -> Status | None:
-        """``serving``, ``restoring``, or None when the partition is not ours."""
+        """``serving``, ``restoring``, ``halted``, or None when the partition is not ours."""
         part = self._parts.get(partition)
-        if part is None:
-            return None
-        return "serving" if part.serving else "restoring"
+        return None if part is None else part.status
 
     def serving(self) -> list[int]:
         with self._cond:
@@ -136,8 +158,7 @@ class PartitionGate:
     def held(self) -> dict[int, Status]:
         """Every partition of this node with its status."""
         with self._cond:
-            return {p: "serving" if part.serving else "restoring"
-                    for p, part in sorted(self._parts.items())}
+            return {p: part.status for p, part in sorted(self._parts.items())}
 
     def position(self, partition: int) -> int | None:
         part = self._parts.get(partition)

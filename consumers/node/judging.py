@@ -78,6 +78,9 @@ class PartitionJudge:
         if status is None:
             return Unanswered(query.key, partition, f"partition {partition} is not served by "
                                                    f"{self.url}", here=False)
+        if status == "halted":
+            why = self.gate.halted().get(partition, "")
+            return Unanswered(query.key, partition, f"partition {partition} is halted: {why}")
         if status == "restoring":
             left = self.gate.restore_left(partition)
             return Unanswered(query.key, partition,

@@ -127,7 +127,8 @@ class Node:
         self.store = RocksProjectionStore(s.state_dir, s.projector.cache_size)
         self.reader: StoreReader = self.store.reader(self.partition_for, self.gate.serving)
         self.projector = self._open(Projector(self.logs["projector"], self.store, s.projector,
-                                              on_applied=self.gate.applied))
+                                              on_applied=self.gate.applied,
+                                              on_halt=self.gate.halt))
         changelog = self.logs["projector"].changelog()
         self.publisher = None if changelog is None else self._open(
             # the projector's writers, not the store's: a partition still being opened (its
@@ -245,6 +246,8 @@ class Node:
                                       "projected_offsets": self.gate.positions(),
                                       "standbys": self.standbys(), "recovers": s.recovers,
                                       "reconciles": self.reconciler is not None}
+        if halted := self.gate.halted():
+            details["halted"] = halted
         if self.failed:
             details["failed_loops"] = list(self.failed)
         return details
@@ -314,7 +317,7 @@ class Node:
         ends = self.read_log_figures("work").ends
         self.metrics.observe(self.reader.counts(), {p: n for p, n in ends.items() if p in held},
                              self.gate.positions())
-        for status in ("serving", "restoring"):
+        for status in ("serving", "restoring", "halted"):
             self.metrics.partitions.labels(status=status).set(
                 sum(1 for s in held.values() if s == status))
         self.metrics.partitions.labels(status="standby").set(len(self.standbys()))

@@ -1,7 +1,7 @@
 """``/readyz``: whether a node serves, and why not.
 
 Ready means: no loop of the node has stopped, the group has given this member its share of
-the partitions, and every partition it holds is restored (serving). Before the group's
+the partitions, and every partition it holds is restored (serving), none halted. Before the group's
 first assignment, while any partition restores, and once a loop has died, the answer is 503
 with ``why`` (a load balancer or Kubernetes readiness probe then sends requests elsewhere).
 A member the group gave no partition (more members than partitions) is ready: it answers
@@ -25,6 +25,10 @@ def readiness(*, joined: bool, group: str | None, held: Mapping[int, str],
     if not joined:
         return False, {**details, "why": f"waiting for group {group} to assign this member "
                                          "its partitions"}
+    halted = [str(p) for p, s in sorted(held.items()) if s == "halted"]
+    if halted:
+        return False, {**details, "why": f"partition(s) {', '.join(halted)} halted before a "
+                                         "gap compaction may have made (see /healthz)"}
     restoring = {p: restore_left(p) for p, s in sorted(held.items()) if s == "restoring"}
     if restoring:
         listed = ", ".join(f"{p} ({n} records left)" for p, n in restoring.items())

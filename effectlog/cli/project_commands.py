@@ -98,8 +98,18 @@ class _Reporter:
                    f"{progress.rejected} rejected) {rate}, lag {progress.total_lag}", err=True)
 
 
+def accept_gaps_option(command: F) -> F:
+    """``--accept-compaction-gaps`` (``project``, ``rebuild``, ``serve``)."""
+    return click.option(
+        "--accept-compaction-gaps", "accept_gaps", is_flag=True,
+        help="Apply past a stretch of the compacted events topic that compaction may have "
+        "thinned before it was projected (logged), instead of halting there (serve: the "
+        "partition stops serving; project, rebuild: exit 3).")(command)
+
+
 def _run_options(command: F) -> F:
     """Options shared by ``project`` and ``rebuild``."""
+    command = accept_gaps_option(command)
     command = click.option("--quiet", is_flag=True, help="No progress output.")(command)
     command = click.option(
         "--decoder", type=click.Choice(["auto", "inline", "process"]), default="auto",
@@ -115,7 +125,7 @@ def _run_options(command: F) -> F:
 @_run_options
 @click.pass_obj
 def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice,
-            quiet: bool) -> None:
+            quiet: bool, accept_gaps: bool) -> None:
     """Apply the log to the RocksDB projection (exactly once, resumable after any kill)."""
     from projections.projector import Projector, ProjectorSettings
 
@@ -123,7 +133,8 @@ def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice
     log = obj.open_log()
     try:
         log.verify()  # a log its own backend reports damaged is refused before projecting
-        settings = ProjectorSettings(batch_size=batch_size, decoder=decoder)
+        settings = ProjectorSettings(batch_size=batch_size, decoder=decoder,
+                                     accept_compaction_gaps=accept_gaps)
         with Projector(log, obj.state_dir, settings) as projector, \
                 _Reporter("project", quiet) as report:
             projector.run(once=once, stop=stop, on_progress=report)
@@ -137,7 +148,8 @@ def project(obj: CliContext, once: bool, batch_size: int, decoder: DecoderChoice
 @click.command()
 @_run_options
 @click.pass_obj
-def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: bool) -> None:
+def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: bool,
+            accept_gaps: bool) -> None:
     """Build a fresh projection from the whole log beside the current one, then swap it in.
 
     The current projection stays readable until the swap; a running project follows it.
@@ -153,7 +165,8 @@ def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: boo
     try:
         log.verify()
         with _Reporter("rebuild", quiet) as report:
-            settings = ProjectorSettings(batch_size=batch_size, decoder=decoder)
+            settings = ProjectorSettings(batch_size=batch_size, decoder=decoder,
+                                     accept_compaction_gaps=accept_gaps)
             final = run_rebuild(log, obj.state_dir, settings, on_progress=report, stop=stop)
         if final is None:
             fail("rebuild stopped before the end; the current projection is unchanged", 130)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from effectlog.cli.context import EXIT_INTERNAL, CliContext
+from effectlog.cli.project_commands import accept_gaps_option
 from effectlog.cli.recovery_commands import (
     _with,
     approval_policy,
@@ -93,6 +94,7 @@ def parse_http(text: str) -> tuple[str, int]:
               help="Kind (prefix) the policy may retry without approval. Repeatable.")
 @click.option("--allow-risky", multiple=True, metavar="KIND",
               help="Opt a payment*/browser* kind into --auto-retry explicitly.")
+@accept_gaps_option
 @click.pass_obj
 def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
           standbys: int, session_timeout: str, provider_spec: str | None, no_recovery: bool,
@@ -100,7 +102,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
           expire_after: str | None, purge_after: str,
           metrics_port: int | None, metrics_host: str | None,
           stuck_after: str, kind_deadlines: tuple[str, ...], command_timeout: str, poll: str,
-          auto_retry: tuple[str, ...], allow_risky: tuple[str, ...]) -> None:
+          auto_retry: tuple[str, ...], allow_risky: tuple[str, ...], accept_gaps: bool) -> None:
     """Project, recover and reconcile the partitions this instance owns, and answer the
     query API (GET /v1/effects/KEY, /v1/effects, /v1/stats) and the web console (/)
     until SIGTERM."""
@@ -110,6 +112,7 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
     from consumers.providers import load_provider
     from consumers.reconciler import ReconcilerSettings
     from effectlog.durations import parse_duration_ms
+    from projections.settings import ProjectorSettings
 
     recovers = _recovers(provider_spec, no_recovery)
     host, port = parse_http(http)
@@ -126,7 +129,8 @@ def serve(obj: CliContext, http: str, advertise: str | None, group: str | None,
         group=group, standbys=standbys, session_timeout_ms=parse_duration_ms(session_timeout),
         recovery=recovery,
         reconciler=ReconcilerSettings(policy=approval_policy(auto_retry, allow_risky)),
-        observe_every_s=max(recovery.poll_s, 1.0), expiry=expiry, recovers=recovers)
+        observe_every_s=max(recovery.poll_s, 1.0), expiry=expiry, recovers=recovers,
+        projector=ProjectorSettings(accept_compaction_gaps=accept_gaps))
     provider = load_provider(provider_spec) if provider_spec else None
     users = Users.load(console_users) if console_users else None
     stop = stop_on_signals()

@@ -179,6 +179,11 @@ class EventLog(ABC):
         alone cannot rebuild a projection; None where the log keeps every record (SQLite)."""
         return None
 
+    def compaction_lag_ms(self) -> int | None:
+        """How long the events topic surely keeps every record after it was appended
+        (Kafka's ``min.compaction.lag.ms``); None where no record is ever compacted away."""
+        return None
+
     def identity(self) -> str | None:
         """The log's id: made with the log and never reused (SQLite: a row in the log file;
         Kafka: the events topic's topic ID), so state built from one log can tell it from

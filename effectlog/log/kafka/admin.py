@@ -102,6 +102,20 @@ def serving_problem(settings: KafkaSettings) -> str | None:
     return None
 
 
+def compaction_lag_ms(settings: KafkaSettings) -> int | None:
+    """The events topic's ``min.compaction.lag.ms`` as the brokers have it (None when the
+    topic is not compacted)."""
+    events = settings.topic(EVENTS)
+    admin = AdminClient(_admin_config(settings))
+    try:
+        config = _describe(admin, settings, [events])[events]
+    finally:
+        admin.poll(0)
+    if "compact" not in config.get("cleanup.policy", "delete"):
+        return None
+    return int(config.get("min.compaction.lag.ms", "0"))
+
+
 def topic_configs(settings: KafkaSettings, logical: str) -> dict[str, str]:
     """The topic configs effectlog creates ``logical`` (``events``/``commands``) with."""
     if logical == EVENTS:

@@ -135,6 +135,11 @@ class KafkaLog(EventLog):
         handle = self._producer
         return handle is not None and not handle.stale and handle.wait_ready(0)
 
+    def compaction_lag_ms(self) -> int | None:
+        from effectlog.log.kafka.admin import compaction_lag_ms
+
+        return compaction_lag_ms(self.settings)
+
     def check_serving(self) -> None:
         from effectlog.log.kafka.admin import serving_problem
 

@@ -1,0 +1,198 @@
+"""The compaction guard halts a partition before a gap compaction may have made.
+
+A projection that starts from a point older than ``min.compaction.lag.ms`` (serve down that
+long, or a partition left unpublished that long) may find that compaction removed records
+after it. The end-to-end test restores such a partition: the restored state differs from a
+full replay (a key whose CREATE to DISPATCH were removed reads as absent), and the guard stops
+there instead. The other tests pin which gaps halt and which do not.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from effectlog.log.base import EVENTS, Record
+from effectlog.log.memory import MemoryLog
+from projections.checkpoint import Checkpoint
+from projections.compaction_guard import CompactionGap, CompactionGuard
+from projections.projector import Projector, ProjectorSettings
+from projections.rocksdb.digest import partition_digest
+from tests.restore_support import RESTORED
+from tests.unit.test_changelog_restore import (
+    CompactedLog,
+    MemoryChangelog,
+    _apply_upto,
+    compact_below,
+    digest,
+)
+from tests.unit.test_publisher_during_assignment import records as histories
+
+LAG_MS = 60_000
+NOW_MS = 1_000_000_000
+OLD = NOW_MS - 2 * LAG_MS  # older than the lag: may have been compacted
+YOUNG = NOW_MS - 1_000
+
+
+def record(offset: int, timestamp_ms: int, key: str = "k") -> Record:
+    return Record(EVENTS, 0, offset, key, b"v", timestamp_ms)
+
+
+class Stamped(MemoryLog):
+    """A log whose partition 0 holds exactly ``kept`` (offsets with gaps)."""
+
+    compacted = True
+
+    def __init__(self, kept: list[Record]) -> None:
+        super().__init__()
+        self.kept = kept
+
+    def read_before(self, topic: str, partition: int, offset: int, limit: int,
+                    end: int) -> list[Record]:
+        return [r for r in self.kept if offset <= r.offset < end][:limit]
+
+
+def guard(kept: list[Record] | None = None, **options: object) -> tuple[CompactionGuard,
+                                                                          list[str]]:
+    halts: list[str] = []
+    made = CompactionGuard(Stamped(kept or []), lag_ms=LAG_MS, clock_ms=lambda: NOW_MS,
+                           on_halt=lambda p, why: halts.append(why), **options)  # type: ignore[arg-type]
+    made.start(0, 0)
+    return made, halts
+
+
+def test_gaps_after_young_records_and_old_records_without_gaps_pass() -> None:
+    made, halts = guard()
+    old = [record(0, OLD), record(1, OLD), record(2, OLD)]
+    assert made.admit(0, old) == old  # contiguous: nothing can be missing
+    young = [record(3, YOUNG), record(7, YOUNG), record(20, YOUNG)]
+    assert made.admit(0, young) == young
+    assert halts == [] and made.halted() == {}
+
+
+def test_a_gap_after_an_old_record_halts_the_partition_before_it() -> None:
+    made, halts = guard()
+    batch = [record(0, OLD), record(1, OLD), record(4, YOUNG), record(5, YOUNG)]
+    assert made.admit(0, batch) == batch[:2]
+    assert len(halts) == 1 and "offsets 2 to 3" in halts[0] and "halted" in halts[0]
+    assert made.halted() == {0: halts[0]}
+    assert made.admit(0, [record(6, YOUNG)]) == []  # nothing past the gap, ever
+    assert made.admit(0, batch) == batch[:2]  # read again from the stored offset
+    assert not made.reached(0, 9)  # nor is the stored offset moved past it
+    made.start(0, 2)  # assigned again: checked afresh
+    assert made.halted() == {}
+
+
+def test_the_end_of_what_could_be_read_is_never_a_gap() -> None:
+    """An idle partition: its last record is old, a transaction marker follows (offset 1),
+    the reader reaches the end; a week later a new record comes at 2."""
+    made, halts = guard()
+    assert made.admit(0, [record(0, OLD)]) == [record(0, OLD)]
+    assert made.reached(0, 2)
+    assert made.admit(0, [record(2, YOUNG)]) == [record(2, YOUNG)]
+    assert halts == []
+
+
+def test_a_start_of_unknown_age_is_dated_by_the_last_record_before_it() -> None:
+    for stamp, halted in ((OLD, True), (YOUNG, False)):
+        made, halts = guard([record(7, stamp), record(8, stamp)])
+        made.start(0, 10)  # the copy applied 0 to 9; 9 is a marker
+        assert made.admit(0, [record(12, YOUNG)]) == ([] if halted else [record(12, YOUNG)])
+        assert bool(halts) == halted
+    made, halts = guard([])
+    made.start(0, 10)  # nothing readable before it: its age is unknown, so it may be old
+    assert made.admit(0, [record(11, YOUNG)]) == [] and "unknown age" in halts[0]
+
+
+def test_without_a_callback_a_gap_raises_and_accepted_it_is_only_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    made = CompactionGuard(Stamped([]), lag_ms=LAG_MS, clock_ms=lambda: NOW_MS)
+    made.start(0, 0)
+    with pytest.raises(CompactionGap, match="compaction may have removed accepted events"):
+        made.admit(0, [record(0, OLD), record(3, OLD)])
+    made, halts = guard(accept=True)
+    with caplog.at_level(logging.ERROR, logger="projections.compaction_guard"):
+        batch = [record(0, OLD), record(3, OLD)]
+        assert made.admit(0, batch) == batch
+    assert halts == [] and "--accept-compaction-gaps" in caplog.text
+
+
+def test_a_log_never_compacted_is_not_guarded() -> None:
+    made = CompactionGuard(MemoryLog(), clock_ms=lambda: NOW_MS)
+    made.start(0, 0)
+    batch = [record(0, OLD), record(5, OLD)]
+    assert made.admit(0, batch) == batch and made.halted() == {}
+
+
+class LaggingLog(CompactedLog):
+    """A compacted log whose records are all older than its compaction lag."""
+
+    def compaction_lag_ms(self) -> int | None:
+        return LAG_MS
+
+
+def test_a_restore_from_a_checkpoint_older_than_the_lag_halts_where_compaction_thinned_it(
+        ) -> None:
+    """The owner published at a third of the history and went away for longer than the
+    lag; compaction then removed superseded records after the checkpoint too. A restore
+    that applied the survivors would differ from a full replay (shown below); the guard
+    stops at the first gap instead, and with ``--accept-compaction-gaps`` applies on."""
+    tmp = Path(tempfile.mkdtemp(prefix="guard-"))
+    try:
+        kept = [replace(r, timestamp_ms=OLD) for r in histories()]
+        changelog = MemoryChangelog()
+        with Projector(CompactedLog(kept, changelog, "log-1"), tmp / "owner") as owner:
+            _apply_upto(owner, len(kept) // 3)
+            store = owner.store.writers()[0]  # type: ignore[attr-defined]
+            changes = store.take_changes()
+            changelog.writer(0).publish(changes.changes, changes.checkpoint("log-1"))
+        applied = Checkpoint.decode(changelog.last_checkpoint(0) or b"").applied
+        thinned = compact_below(kept, len(kept))  # the whole topic compacted, tail included
+        assert any(r.offset >= applied for r in kept if r not in thinned)
+        truth = digest(CompactedLog(kept, MemoryChangelog(), "log-1"), tmp / "truth", False)
+        unguarded = digest(CompactedLog(thinned, changelog, "log-1", len(kept)),
+                           tmp / "unguarded", True)
+        assert unguarded != truth, "the survivors alone give other states (the test can fail)"
+        with pytest.raises(CompactionGap, match=f"no state past offset {applied}"):
+            digest(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "guarded", True)
+        halted: dict[int, str] = {}
+        with Projector(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "serving",
+                       on_halt=halted.__setitem__) as serving:
+            serving.run(once=True)
+            assert list(halted) == [0]
+            stopped_at = serving.next_offsets()[0]
+        assert applied <= stopped_at < len(kept)
+        accepting = ProjectorSettings(accept_compaction_gaps=True)
+        with Projector(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "accepted",
+                       accepting) as accepted:
+            accepted.run(once=True)
+        assert partition_digest(tmp / "accepted", 0, RESTORED) == unguarded
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_halted_partition_never_serves_and_makes_the_member_unready() -> None:
+    from consumers.node.gate import PartitionGate
+    from consumers.node.readiness import readiness
+
+    gate = PartitionGate()
+    gate.assigned(0, 0, 10)
+    gate.assigned(1, 5, 5)  # serving at once
+    gate.halt(0, "events partition 0: … halted there")
+    gate.applied(0, 10)  # what came before the gap reaches the target: still halted
+    assert gate.held() == {0: "halted", 1: "serving"}
+    assert gate.halted() == {0: "events partition 0: … halted there"}
+    assert gate.serving() == [1] and not gate.wait(0, 5, 0.01)
+    gate.halt(1, "events partition 1: … halted there")  # a serving one stops serving
+    assert gate.status(1) == "halted" and gate.serving() == []
+    ready, details = readiness(joined=True, group="g", held=gate.held(),
+                               restore_left=gate.restore_left, failed=[])
+    assert not ready and "partition(s) 0, 1 halted" in str(details["why"])
+    gate.revoked(0)
+    gate.assigned(0, 10, 10)  # assigned again: checked afresh
+    assert gate.status(0) == "serving"
