@@ -28,8 +28,11 @@ class Assignments:
             self.publisher.take(partitions)
         starts = self.projector.assigned(partitions)
         ends = self.log.end_offsets(EVENTS)
+        halted = self.projector.guard.halted()  # a standby copy halted before its promotion
         for partition in partitions:
             self.gate.assigned(partition, starts[partition], ends.get(partition, 0))
+            if partition in halted:
+                self.gate.halt(partition, halted[partition])
         return starts
 
     def revoked(self, partitions: Sequence[int], *, lost: bool) -> None:

@@ -196,3 +196,22 @@ def test_a_halted_partition_never_serves_and_makes_the_member_unready() -> None:
     gate.revoked(0)
     gate.assigned(0, 10, 10)  # assigned again: checked afresh
     assert gate.status(0) == "serving"
+
+
+def test_a_standby_copy_halted_before_its_promotion_is_reported_halted_once_owned() -> None:
+    from consumers.node.assignments import Assignments
+    from consumers.node.gate import PartitionGate
+
+    tmp = Path(tempfile.mkdtemp(prefix="guard-"))
+    try:
+        kept = [record(0, OLD, "a"), record(1, OLD, "b"), record(5, OLD, "a")]
+        gate = PartitionGate()  # the copy is a standby: the gate does not hold it
+        log = LaggingLog(kept, MemoryChangelog(), "log-1", 6)
+        with Projector(log, tmp / "standby", on_halt=gate.halt,
+                       from_changelog=False) as projector:
+            projector.run(once=True)
+            assert list(projector.guard.halted()) == [0] and gate.held() == {}
+            Assignments(projector, gate, None, log).assigned([0])  # promoted
+            assert gate.status(0) == "halted" and "offsets 2 to 4" in gate.halted()[0]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
