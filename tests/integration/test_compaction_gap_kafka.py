@@ -5,11 +5,14 @@ topic's ``min.compaction.lag.ms`` (10 s, the least serve accepts) and the cleane
 superseded ones, after the last checkpoint too. A new member restores from that checkpoint: the
 records after it are no longer all there, so it halts the partitions where it meets a gap
 (``/healthz`` and ``/readyz`` say why, and a lookup there is refused, never answered from a
-state that lacks accepted events). With ``--accept-compaction-gaps`` it serves them.
+state that lacks accepted events), as ``project`` exits 3. With ``--accept-compaction-gaps``
+both go on.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -49,6 +52,15 @@ def test_a_restore_past_a_compacted_stretch_halts_there_unless_told_to_go_on(
         partition_of = {key: log.partition_for(EVENTS, key) for key in tail}
     time.sleep(LAG_MS / 2000 + 1)  # older than the lag less its margin (half of it)
     compact(url)
+    project = [sys.executable, "-m", "effectlog.cli.main", "--log", url, "--state",
+               str(tmp_path / "offline"), "project", "--once", "--quiet"]
+    refused = subprocess.run(project, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3, refused.stderr
+    assert "compaction may have removed accepted events" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    forced = subprocess.run([*project, "--accept-compaction-gaps"], capture_output=True,
+                            text=True, timeout=120)
+    assert forced.returncode == 0 and "--accept-compaction-gaps" in forced.stderr, forced.stderr
     halting = Serve(tmp_path, "halting", url, None)
     try:
         def halted() -> dict[str, str]:
