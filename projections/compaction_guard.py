@@ -73,6 +73,7 @@ class CompactionGuard:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._marks: dict[int, _Mark] = {}
         self._halted: dict[int, str] = {}
+        self._newest = 0  # the newest record time read: the brokers' clock is at least there
 
     def start(self, partition: int, next_offset: int) -> None:
         """``partition`` resumes at ``next_offset``: the records below it were applied."""
@@ -96,8 +97,9 @@ class CompactionGuard:
             return records  # not guarded here, or read again (checked already)
         if partition in self._halted:
             return [r for r in records if r.offset <= mark.offset]
+        self._newest = max(self._newest, records[-1].timestamp_ms)
         lag = self.lag_ms or 0
-        oldest_safe = self._clock_ms() - lag + min(lag // 2, MAX_MARGIN_MS)
+        oldest_safe = self._now_ms() - lag + min(lag // 2, MAX_MARGIN_MS)
         for index, record in enumerate(records):
             if mark.timestamp_ms is not None and mark.timestamp_ms > oldest_safe:
                 break  # this record and all after it are too young to have been removed
@@ -128,6 +130,11 @@ class CompactionGuard:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _now_ms(self) -> int:
+        """The brokers' time, as well as this host can tell: its own clock, or the newest
+        record time it has read when its clock runs behind theirs."""
+        return max(self._clock_ms(), self._newest)
+
     def _stamp(self, partition: int, mark: _Mark) -> int | None:
         """The time of ``mark``; when not known yet, that of the last readable record at or
         before it (no later record is older); None when there is none."""
@@ -147,7 +154,7 @@ class CompactionGuard:
         """Offsets ``start`` to ``end - 1`` hold no readable record and the last record
         before them dates from ``stamp``: True to apply past them (accepted), else halt."""
         age = "of unknown age" if stamp is None else \
-            f"{(self._clock_ms() - stamp) / 1000:.0f}s old"
+            f"{(self._now_ms() - stamp) / 1000:.0f}s old"
         why = (f"events partition {partition}: offsets {start} to {end - 1} hold no record "
                f"it can read, after a record {age}, older than min.compaction.lag.ms "
                f"({(self.lag_ms or 0) / 1000:g}s) allows: compaction may have removed accepted events "

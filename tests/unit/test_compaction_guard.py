@@ -122,6 +122,15 @@ def test_without_a_callback_a_gap_raises_and_accepted_it_is_only_logged(
     assert halts == [] and "--accept-compaction-gaps" in caplog.text
 
 
+def test_a_host_clock_behind_the_brokers_is_corrected_by_the_newest_record_read() -> None:
+    made, halts = guard()
+    made._clock_ms = lambda: OLD - LAG_MS  # this host's clock runs far behind the brokers'
+    made.start(1, 0)
+    assert made.admit(1, [Record(EVENTS, 1, 0, "x", b"v", NOW_MS)])  # the brokers' time
+    assert made.admit(0, [record(0, OLD), record(3, OLD)]) == [record(0, OLD)]
+    assert "offsets 1 to 2" in halts[0]
+
+
 def test_a_log_never_compacted_is_not_guarded() -> None:
     made = CompactionGuard(MemoryLog(), clock_ms=lambda: NOW_MS)
     made.start(0, 0)
