@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from effectlog.log.base import EVENTS, Record
 from effectlog.log.memory import MemoryLog
@@ -224,3 +226,53 @@ def test_a_standby_copy_halted_before_its_promotion_is_reported_halted_once_owne
             assert gate.status(0) == "halted" and "offsets 2 to 4" in gate.halted()[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@st.composite
+def thinned_logs(draw: st.DrawFn) -> tuple[list[Record], list[Record], int, int, int]:
+    """A partition's records (some offsets markers: no record), their times rising by drawn
+    steps; the same after Kafka's cleaner ran at the end with the lag (every record with a
+    later one of its key and at least the lag old goes: the most it may remove); where a
+    projection starts; the partition's end; and the time it reads."""
+    count = draw(st.integers(1, 30))
+    stamp, written = NOW_MS - 3 * LAG_MS, []
+    for offset in range(count):
+        stamp += draw(st.sampled_from((0, 1_000, LAG_MS // 4, LAG_MS)))
+        if draw(st.integers(0, 5)) > 0:  # else a transaction marker or an aborted record
+            written.append(record(offset, stamp, draw(st.sampled_from("abc"))))
+    now = max([NOW_MS, *(r.timestamp_ms for r in written)])
+    last = {r.key: r.offset for r in written}
+    kept = [r for r in written if last[r.key] == r.offset or r.timestamp_ms > now - LAG_MS]
+    return written, kept, draw(st.integers(0, count)), count, now
+
+
+@settings(max_examples=300, deadline=None)
+@given(log=thinned_logs(), cuts=st.lists(st.integers(1, 30), max_size=5))
+def test_the_guard_never_applies_past_a_removed_record(
+        log: tuple[list[Record], list[Record], int, int, int], cuts: list[int]) -> None:
+    """Whatever the times, markers, keys, start and batches: every offset the guard lets the
+    projection move past (records admitted, the end reached) holds no record compaction
+    removed. (It may halt where nothing was removed: markers look the same.)"""
+    written, kept, start, end, now = log
+    made = CompactionGuard(Stamped(kept), lag_ms=LAG_MS, clock_ms=lambda: now,
+                           on_halt=lambda p, why: None)
+    made.start(0, start)
+    tail = [r for r in kept if r.offset >= start]
+    passed = start - 1
+    batches, at = [], 0
+    for cut in sorted(set(cuts)):
+        batches.append(tail[at:cut])
+        at = max(at, cut)
+    batches.append(tail[at:])
+    for batch in batches:
+        admitted = made.admit(0, batch)
+        assert admitted == batch[:len(admitted)]
+        if admitted:
+            passed = admitted[-1].offset
+        if len(admitted) < len(batch):
+            break
+    else:
+        if made.reached(0, end):
+            passed = max(passed, end - 1)
+    removed = {r.offset for r in written} - {r.offset for r in kept}
+    assert not [o for o in removed if start <= o <= passed], (removed, start, passed)
