@@ -3,9 +3,9 @@
 Ready means: no loop of the node has stopped, the group has given this member its share of
 the partitions, and every partition it holds is restored (serving), none halted. Before the
 group's first assignment, while any partition restores or is halted, and once a loop has died,
-the answer is 503 with ``why`` (a load balancer or Kubernetes readiness probe then sends requests elsewhere).
-A member the group gave no partition (more members than partitions) is ready: it answers
-by forwarding. No I/O: the answer comes at once, whatever the log does (``/healthz`` is the
+the answer is 503 with ``why`` (a load balancer or Kubernetes readiness probe then sends
+requests elsewhere). A member the group gave no partition (more members than partitions) is
+ready: it answers by forwarding. No I/O: the answer comes at once, whatever the log does (``/healthz`` is the
 liveness probe and carries the log's figures).
 """
 
