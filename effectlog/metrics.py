@@ -65,7 +65,13 @@ class Metrics:
                                "(recorded from a lookup), failed, approved_retries, abandoned.",
                                ["kind"], registry=r)
         self.partitions = Gauge("effectlog_partitions", "Events partitions held by this process, "
-                                "by status (serving, restoring, halted, standby).", ["status"], registry=r)
+                                "by status (serving, restoring, halted, standby).", ["status"],
+                                registry=r)
+        self.unpublished = Gauge("effectlog_changelog_unpublished_seconds",
+                                 "Per partition owned: seconds since its changelog last held "
+                                 "everything the projection applied (keep it well below the "
+                                 "events topic's min.compaction.lag.ms).", ["partition"],
+                                 registry=r)
         self.restore_seconds = Histogram("effectlog_partition_restore_seconds",
                                          "Time from a partition's assignment until it serves.",
                                          buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),

@@ -321,6 +321,10 @@ class Node:
             self.metrics.partitions.labels(status=status).set(
                 sum(1 for s in held.values() if s == status))
         self.metrics.partitions.labels(status="standby").set(len(self.standbys()))
+        self.metrics.unpublished.clear()
+        for partition, seconds in ({} if self.publisher is None else
+                                   self.publisher.unpublished_s()).items():
+            self.metrics.unpublished.labels(partition=str(partition)).set(seconds)
 
     def _observe(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -61,6 +61,7 @@ class Publisher:
         self._clock = clock
         self._owned: dict[int, ChangelogWriter] = {}
         self._fenced: dict[int, float] = {}  # held here, writer lost: when it was fenced
+        self._current: dict[int, float] = {}  # when the changelog last held all applied here
         self._floor: dict[int, int] = {}  # publish only once applied past the last checkpoint
         self._lock = threading.Lock()  # one publication (or take, or release) at a time
         self.publications = 0
@@ -113,6 +114,7 @@ class Publisher:
             writer.close()
             raise
         self._owned[partition] = writer
+        self._current.setdefault(partition, self._clock())
         logger.info("partition %d: publishing its state to the changelog", partition)
 
     def release(self, partitions: Sequence[int], *, final: bool) -> None:
@@ -128,6 +130,7 @@ class Publisher:
                 writer = self._owned.pop(partition, None)
                 self._floor.pop(partition, None)
                 self._fenced.pop(partition, None)
+                self._current.pop(partition, None)
             if writer is not None:
                 writer.close()
 
@@ -141,6 +144,7 @@ class Publisher:
                 return False
             changes = store.take_changes()
             if changes is None:
+                self._current[partition] = self._clock()
                 return False
             try:
                 owner.publish(changes.changes, changes.checkpoint(self.log_id))
@@ -156,8 +160,17 @@ class Publisher:
                 store.published(changes, ok=False)
                 raise
             store.published(changes, ok=True)
+            self._current[partition] = self._clock()
             self.publications += 1
             return True
+
+    def unpublished_s(self) -> dict[int, float]:
+        """Per partition held here (its writer owned or fenced): seconds since the changelog
+        last held everything its projection had applied. A restore past that point replays
+        the events topic, so it must stay well below ``min.compaction.lag.ms``."""
+        now = self._clock()
+        with self._lock:
+            return {p: now - since for p, since in sorted(self._current.items())}
 
     def owned(self) -> list[int]:
         with self._lock:
@@ -179,5 +192,6 @@ class Publisher:
         with self._lock:
             owned, self._owned = self._owned, {}
             self._fenced.clear()
+            self._current.clear()
         for writer in owned.values():
             writer.close()

@@ -311,6 +311,17 @@ def test_a_promoted_standby_publishes_nothing_older_than_the_changelog(
         fresh.stop()
 
 
+def unpublished_s(member: Serve, partition: int) -> float:
+    """The member's effectlog_changelog_unpublished_seconds of ``partition`` (-1: none)."""
+    from tests.cluster_support import HTTP
+
+    text = HTTP.request("GET", member.url + "/metrics").data.decode()
+    for line in text.splitlines():
+        if line.startswith(f'effectlog_changelog_unpublished_seconds{{partition="{partition}"}}'):
+            return float(line.split()[-1])
+    return -1.0
+
+
 def test_an_owner_whose_writer_was_fenced_publishes_again_while_the_group_gives_it_the_partition(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     """The owner's changelog writer of partition 0 is fenced by a producer outside the group
@@ -338,7 +349,10 @@ def test_an_owner_whose_writer_was_fenced_publishes_again_while_the_group_gives_
         wait_until(lambda: "taking it again" in owner.err_path.read_text(), 30,
                    "the owner's publication was fenced")
         assert not published_everything(url)
+        wait_until(lambda: unpublished_s(owner, 0) >= 5, 30,
+                   "effectlog_changelog_unpublished_seconds shows partition 0 aging")
         wait_until(lambda: published_everything(url), 90, "the owner published again")
+        wait_until(lambda: unpublished_s(owner, 0) < 5, 30, "and current again")
         text = owner.err_path.read_text()
         assert "partition 0: publishing its state to the changelog" in text.split(
             "taking it again")[-1], "the writer was taken again"

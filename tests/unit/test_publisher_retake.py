@@ -236,3 +236,33 @@ def test_two_members_taking_the_writer_from_each_other_never_set_the_changelog_b
         assert partition_digest(tmp / "o", 0, RESTORED) == truth
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_partition_fenced_and_unpublished_is_seen_aging_until_published_again() -> None:
+    """``unpublished_s`` (the metric effectlog_changelog_unpublished_seconds) counts from the
+    last time the changelog held everything applied here, through a fence and a retake."""
+    tmp = Path(tempfile.mkdtemp(prefix="retake-"))
+    try:
+        kept, clock, changelog = records(), Clock(), MemoryChangelog()
+        [member] = members(tmp, kept, changelog, clock)
+        member.assign()
+        assert member.publisher.unpublished_s() == {0: 0.0}
+        _apply_upto(member.projector, 5)
+        clock.now = 10.0
+        assert member.publisher.unpublished_s() == {0: 10.0}  # applied, not yet published
+        assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
+        clock.now = 12.0
+        assert not member.publisher.publish(0)  # nothing new: still current
+        changelog.writer(0)
+        _apply_upto(member.projector, 9)
+        assert not member.publisher.publish(0)  # fenced
+        clock.now = 80.0
+        assert member.publisher.unpublished_s() == {0: 68.0}
+        assert member.publisher.retake() == [0]
+        assert member.publisher.unpublished_s() == {0: 68.0}  # taken again, not yet published
+        assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
+        member.publisher.release([0], final=True)
+        assert member.publisher.unpublished_s() == {}
+        member.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
