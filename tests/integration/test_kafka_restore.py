@@ -107,6 +107,18 @@ def caught_up(member: Serve, url: str, partitions: list[int]) -> bool:
     return all(applied.get(p, -1) >= ends.get(p, 0) for p in partitions)
 
 
+def a_fresh_member_restores(tmp_path: Path, url: str, truth: dict[int, str]) -> None:
+    """A new member with an empty state directory serves every partition, restored from the
+    changelog and caught up, and each equals ``truth`` (a full replay)."""
+    fresh = Serve(tmp_path, "fresh", url, None)
+    try:
+        wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")
+        wait_until(lambda: caught_up(fresh, url, list(range(PARTITIONS))), 30, "caught up")
+        assert digests(fresh.state_dir, list(range(PARTITIONS))) == truth
+    finally:
+        fresh.stop()
+
+
 def test_restores_equal_a_full_replay_made_before_compaction(kafka_bootstrap: str,
                                                              tmp_path: Path) -> None:
     url = compacted_url(kafka_bootstrap)
@@ -222,13 +234,7 @@ def test_an_owner_killed_anywhere_in_its_publication_restores_to_a_full_replay(
         owner.kill()
         owner.wait(30)
     truth = replayed(url, tmp_path / "replay")
-    fresh = Serve(tmp_path, "fresh", url, None)
-    try:
-        wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")
-        wait_until(lambda: caught_up(fresh, url, list(range(PARTITIONS))), 30, "caught up")
-        assert digests(fresh.state_dir, list(range(PARTITIONS))) == truth
-    finally:
-        fresh.stop()
+    a_fresh_member_restores(tmp_path, url, truth)
 
 
 def test_a_zombie_owner_cannot_publish_what_a_restore_adopts(kafka_bootstrap: str,
@@ -267,13 +273,7 @@ def test_a_zombie_owner_cannot_publish_what_a_restore_adopts(kafka_bootstrap: st
         if successor is not None:
             successor.stop()
     truth = replayed(url, tmp_path / "replay")
-    fresh = Serve(tmp_path, "fresh", url, None)
-    try:
-        wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")
-        wait_until(lambda: caught_up(fresh, url, list(range(PARTITIONS))), 30, "caught up")
-        assert digests(fresh.state_dir, list(range(PARTITIONS))) == truth
-    finally:
-        fresh.stop()
+    a_fresh_member_restores(tmp_path, url, truth)
 
 
 def test_a_promoted_standby_publishes_nothing_older_than_the_changelog(
@@ -302,13 +302,7 @@ def test_a_promoted_standby_publishes_nothing_older_than_the_changelog(
     finally:
         for member in members:
             member.stop()
-    fresh = Serve(tmp_path, "fresh", url, None)
-    try:
-        wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")
-        wait_until(lambda: caught_up(fresh, url, list(range(PARTITIONS))), 30, "caught up")
-        assert digests(fresh.state_dir, list(range(PARTITIONS))) == truth
-    finally:
-        fresh.stop()
+    a_fresh_member_restores(tmp_path, url, truth)
 
 
 def unpublished_s(member: Serve, partition: int) -> float:
@@ -359,10 +353,4 @@ def test_an_owner_whose_writer_was_fenced_publishes_again_while_the_group_gives_
     finally:
         owner.stop()
     truth = replayed(url, tmp_path / "replay")
-    fresh = Serve(tmp_path, "fresh", url, None)
-    try:
-        wait_until(lambda: len(serving(fresh)) == PARTITIONS, 90, "the fresh member serves")
-        wait_until(lambda: caught_up(fresh, url, list(range(PARTITIONS))), 30, "caught up")
-        assert digests(fresh.state_dir, list(range(PARTITIONS))) == truth
-    finally:
-        fresh.stop()
+    a_fresh_member_restores(tmp_path, url, truth)
