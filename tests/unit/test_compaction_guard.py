@@ -10,8 +10,6 @@ there instead. The other tests pin which gaps halt and which do not.
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -148,43 +146,40 @@ class LaggingLog(CompactedLog):
 
 
 def test_a_restore_from_a_checkpoint_older_than_the_lag_halts_where_compaction_thinned_it(
-        ) -> None:
+        tmp_path: Path) -> None:
     """The owner published at a third of the history and went away for longer than the
     lag; compaction then removed superseded records after the checkpoint too. A restore
     that applied the survivors would differ from a full replay (shown below); the guard
     stops at the first gap instead, and with ``--accept-compaction-gaps`` applies on."""
-    tmp = Path(tempfile.mkdtemp(prefix="guard-"))
-    try:
-        kept = [replace(r, timestamp_ms=OLD) for r in histories()]
-        changelog = MemoryChangelog()
-        with Projector(CompactedLog(kept, changelog, "log-1"), tmp / "owner") as owner:
-            _apply_upto(owner, len(kept) // 3)
-            store = owner.store.writers()[0]  # type: ignore[attr-defined]
-            changes = store.take_changes()
-            changelog.writer(0).publish(changes.changes, changes.checkpoint("log-1"))
-        applied = Checkpoint.decode(changelog.last_checkpoint(0) or b"").applied
-        thinned = compact_below(kept, len(kept))  # the whole topic compacted, tail included
-        assert any(r.offset >= applied for r in kept if r not in thinned)
-        truth = digest(CompactedLog(kept, MemoryChangelog(), "log-1"), tmp / "truth", False)
-        unguarded = digest(CompactedLog(thinned, changelog, "log-1", len(kept)),
-                           tmp / "unguarded", True)
-        assert unguarded != truth, "the survivors alone give other states (the test can fail)"
-        with pytest.raises(CompactionGap, match=f"no state past offset {applied}"):
-            digest(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "guarded", True)
-        halted: dict[int, str] = {}
-        with Projector(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "serving",
-                       on_halt=halted.__setitem__) as serving:
-            serving.run(once=True)
-            assert list(halted) == [0]
-            stopped_at = serving.next_offsets()[0]
-        assert applied <= stopped_at < len(kept)
-        accepting = ProjectorSettings(accept_compaction_gaps=True)
-        with Projector(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "accepted",
-                       accepting) as accepted:
-            accepted.run(once=True)
-        assert partition_digest(tmp / "accepted", 0, RESTORED) == unguarded
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp_path
+    kept = [replace(r, timestamp_ms=OLD) for r in histories()]
+    changelog = MemoryChangelog()
+    with Projector(CompactedLog(kept, changelog, "log-1"), tmp / "owner") as owner:
+        _apply_upto(owner, len(kept) // 3)
+        store = owner.store.writers()[0]  # type: ignore[attr-defined]
+        changes = store.take_changes()
+        changelog.writer(0).publish(changes.changes, changes.checkpoint("log-1"))
+    applied = Checkpoint.decode(changelog.last_checkpoint(0) or b"").applied
+    thinned = compact_below(kept, len(kept))  # the whole topic compacted, tail included
+    assert any(r.offset >= applied for r in kept if r not in thinned)
+    truth = digest(CompactedLog(kept, MemoryChangelog(), "log-1"), tmp / "truth", False)
+    unguarded = digest(CompactedLog(thinned, changelog, "log-1", len(kept)),
+                       tmp / "unguarded", True)
+    assert unguarded != truth, "the survivors alone give other states (the test can fail)"
+    with pytest.raises(CompactionGap, match=f"no state past offset {applied}"):
+        digest(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "guarded", True)
+    halted: dict[int, str] = {}
+    with Projector(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "serving",
+                   on_halt=halted.__setitem__) as serving:
+        serving.run(once=True)
+        assert list(halted) == [0]
+        stopped_at = serving.next_offsets()[0]
+    assert applied <= stopped_at < len(kept)
+    accepting = ProjectorSettings(accept_compaction_gaps=True)
+    with Projector(LaggingLog(thinned, changelog, "log-1", len(kept)), tmp / "accepted",
+                   accepting) as accepted:
+        accepted.run(once=True)
+    assert partition_digest(tmp / "accepted", 0, RESTORED) == unguarded
 
 
 def test_a_halted_partition_never_serves_and_makes_the_member_unready() -> None:
@@ -209,23 +204,21 @@ def test_a_halted_partition_never_serves_and_makes_the_member_unready() -> None:
     assert gate.status(0) == "serving"
 
 
-def test_a_standby_copy_halted_before_its_promotion_is_reported_halted_once_owned() -> None:
+def test_a_standby_copy_halted_before_its_promotion_is_reported_halted_once_owned(
+        tmp_path: Path) -> None:
     from consumers.node.assignments import Assignments
     from consumers.node.gate import PartitionGate
 
-    tmp = Path(tempfile.mkdtemp(prefix="guard-"))
-    try:
-        kept = [record(0, OLD, "a"), record(1, OLD, "b"), record(5, OLD, "a")]
-        gate = PartitionGate()  # the copy is a standby: the gate does not hold it
-        log = LaggingLog(kept, MemoryChangelog(), "log-1", 6)
-        with Projector(log, tmp / "standby", on_halt=gate.halt,
-                       from_changelog=False) as projector:
-            projector.run(once=True)
-            assert list(projector.guard.halted()) == [0] and gate.held() == {}
-            Assignments(projector, gate, None, log).assigned([0])  # promoted
-            assert gate.status(0) == "halted" and "offsets 2 to 4" in gate.halted()[0]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp_path
+    kept = [record(0, OLD, "a"), record(1, OLD, "b"), record(5, OLD, "a")]
+    gate = PartitionGate()  # the copy is a standby: the gate does not hold it
+    log = LaggingLog(kept, MemoryChangelog(), "log-1", 6)
+    with Projector(log, tmp / "standby", on_halt=gate.halt,
+                   from_changelog=False) as projector:
+        projector.run(once=True)
+        assert list(projector.guard.halted()) == [0] and gate.held() == {}
+        Assignments(projector, gate, None, log).assigned([0])  # promoted
+        assert gate.status(0) == "halted" and "offsets 2 to 4" in gate.halted()[0]
 
 
 @st.composite

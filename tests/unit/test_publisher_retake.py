@@ -91,104 +91,95 @@ def members(tmp: Path, kept: list[Record], changelog: MemoryChangelog, clock: Cl
         yield Member(log, changelog, tmp / name, clock)
 
 
-def test_a_fenced_writer_is_taken_again_once_its_time_came_and_publishes_again() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="retake-"))
-    try:
-        kept, clock, changelog = records(), Clock(), MemoryChangelog()
-        [member] = members(tmp, kept, changelog, clock)
-        member.assign()
-        _apply_upto(member.projector, len(kept) // 2)
-        assert member.publisher.publish(0)
-        changelog.writer(0)  # the coordinator (or anyone) fences the member's writer
-        _apply_upto(member.projector, len(kept))
-        assert not member.publisher.publish(0)
-        assert member.publisher.owned() == []
-        clock.now = 59.0
-        assert member.publisher.retake() == [] and not member.publisher.publish(0)
-        clock.now = 60.0
-        assert member.publisher.retake() == [0]
-        assert member.publisher.publish(0)  # what the fenced publication carried, and more
-        assert checkpoints(changelog) == [len(kept) // 2, len(kept)]
-        member.close()
-        restored = digest(CompactedLog(compact_below(kept, len(kept)), changelog, LOG_ID),
-                          tmp / "restored", True)
-        assert restored == digest(CompactedLog(kept, MemoryChangelog(), LOG_ID), tmp / "truth",
-                                  False)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def test_a_fenced_writer_is_taken_again_once_its_time_came_and_publishes_again(
+        tmp_path: Path) -> None:
+    tmp = tmp_path
+    kept, clock, changelog = records(), Clock(), MemoryChangelog()
+    [member] = members(tmp, kept, changelog, clock)
+    member.assign()
+    _apply_upto(member.projector, len(kept) // 2)
+    assert member.publisher.publish(0)
+    changelog.writer(0)  # the coordinator (or anyone) fences the member's writer
+    _apply_upto(member.projector, len(kept))
+    assert not member.publisher.publish(0)
+    assert member.publisher.owned() == []
+    clock.now = 59.0
+    assert member.publisher.retake() == [] and not member.publisher.publish(0)
+    clock.now = 60.0
+    assert member.publisher.retake() == [0]
+    assert member.publisher.publish(0)  # what the fenced publication carried, and more
+    assert checkpoints(changelog) == [len(kept) // 2, len(kept)]
+    member.close()
+    restored = digest(CompactedLog(compact_below(kept, len(kept)), changelog, LOG_ID),
+                      tmp / "restored", True)
+    assert restored == digest(CompactedLog(kept, MemoryChangelog(), LOG_ID), tmp / "truth",
+                              False)
 
 
-def test_a_partition_let_go_given_to_another_or_not_open_here_is_not_taken_again() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="retake-"))
-    try:
-        kept, clock, changelog = records(), Clock(), MemoryChangelog()
-        [member] = members(tmp, kept, changelog, clock)
-        member.assign()
-        _apply_upto(member.projector, 3)
-        changelog.writer(0)
-        assert not member.publisher.publish(0)
-        member.publisher.release([0], final=True)  # the rebalance that follows a fence
-        clock.now = 120.0
-        assert member.publisher.retake() == []
-        member.publisher.take([0])  # assigned again later: taken at once
-        changelog.writer(0)
-        assert not member.publisher.publish(0)
-        member.publisher.held = lambda partition: False  # the group gave it to another
-        clock.now = 240.0
-        assert member.publisher.retake() == []
-        member.publisher.held = lambda partition: True
-        member.projector.revoked([0])  # the projector let it go first
-        assert member.publisher.retake() == []
-        member.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def test_a_partition_let_go_given_to_another_or_not_open_here_is_not_taken_again(
+        tmp_path: Path) -> None:
+    tmp = tmp_path
+    kept, clock, changelog = records(), Clock(), MemoryChangelog()
+    [member] = members(tmp, kept, changelog, clock)
+    member.assign()
+    _apply_upto(member.projector, 3)
+    changelog.writer(0)
+    assert not member.publisher.publish(0)
+    member.publisher.release([0], final=True)  # the rebalance that follows a fence
+    clock.now = 120.0
+    assert member.publisher.retake() == []
+    member.publisher.take([0])  # assigned again later: taken at once
+    changelog.writer(0)
+    assert not member.publisher.publish(0)
+    member.publisher.held = lambda partition: False  # the group gave it to another
+    clock.now = 240.0
+    assert member.publisher.retake() == []
+    member.publisher.held = lambda partition: True
+    member.projector.revoked([0])  # the projector let it go first
+    assert member.publisher.retake() == []
+    member.close()
 
 
-def test_a_take_that_fails_is_tried_again_after_as_long() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="retake-"))
-    try:
-        kept, clock, changelog = records(), Clock(), FlakyChangelog()
-        [member] = members(tmp, kept, changelog, clock)
-        member.assign()
-        _apply_upto(member.projector, 3)
-        changelog.writer(0)
-        assert not member.publisher.publish(0)
-        clock.now, changelog.refusals = 60.0, 1
-        assert member.publisher.retake() == []  # refused: logged, not raised
-        clock.now = 119.0
-        assert member.publisher.retake() == []
-        clock.now = 120.0
-        assert member.publisher.retake() == [0] and member.publisher.publish(0)
-        member.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def test_a_take_that_fails_is_tried_again_after_as_long(tmp_path: Path) -> None:
+    tmp = tmp_path
+    kept, clock, changelog = records(), Clock(), FlakyChangelog()
+    [member] = members(tmp, kept, changelog, clock)
+    member.assign()
+    _apply_upto(member.projector, 3)
+    changelog.writer(0)
+    assert not member.publisher.publish(0)
+    clock.now, changelog.refusals = 60.0, 1
+    assert member.publisher.retake() == []  # refused: logged, not raised
+    clock.now = 119.0
+    assert member.publisher.retake() == []
+    clock.now = 120.0
+    assert member.publisher.retake() == [0] and member.publisher.publish(0)
+    member.close()
 
 
-def test_a_zombie_that_takes_the_writer_again_publishes_nothing_older_than_the_owner() -> None:
+def test_a_zombie_that_takes_the_writer_again_publishes_nothing_older_than_the_owner(
+        tmp_path: Path) -> None:
     """The zombie's copy is behind what the owner published when it takes the writer back:
     it publishes only once it has applied past the owner's last checkpoint."""
-    tmp = Path(tempfile.mkdtemp(prefix="retake-"))
-    try:
-        kept, clock, changelog = records(), Clock(), MemoryChangelog()
-        zombie, owner = members(tmp, kept, changelog, clock, "zo")
-        zombie.assign()
-        _apply_upto(zombie.projector, 8)
-        assert zombie.publisher.publish(0)
-        owner.assign()  # fences the zombie
-        _apply_upto(owner.projector, 20)
-        assert owner.publisher.publish(0)
-        _apply_upto(zombie.projector, 12)
-        assert not zombie.publisher.publish(0)  # fenced: let go
-        clock.now = 60.0
-        assert zombie.publisher.retake() == [0]  # fences the owner in turn
-        assert not zombie.publisher.publish(0)  # 12 is behind the owner's 20
-        _apply_upto(zombie.projector, len(kept))
-        assert zombie.publisher.publish(0)
-        assert checkpoints(changelog) == [8, 20, len(kept)]
-        zombie.close()
-        owner.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp_path
+    kept, clock, changelog = records(), Clock(), MemoryChangelog()
+    zombie, owner = members(tmp, kept, changelog, clock, "zo")
+    zombie.assign()
+    _apply_upto(zombie.projector, 8)
+    assert zombie.publisher.publish(0)
+    owner.assign()  # fences the zombie
+    _apply_upto(owner.projector, 20)
+    assert owner.publisher.publish(0)
+    _apply_upto(zombie.projector, 12)
+    assert not zombie.publisher.publish(0)  # fenced: let go
+    clock.now = 60.0
+    assert zombie.publisher.retake() == [0]  # fences the owner in turn
+    assert not zombie.publisher.publish(0)  # 12 is behind the owner's 20
+    _apply_upto(zombie.projector, len(kept))
+    assert zombie.publisher.publish(0)
+    assert checkpoints(changelog) == [8, 20, len(kept)]
+    zombie.close()
+    owner.close()
 
 
 steps = st.lists(st.tuples(st.sampled_from(("apply", "round", "fence")),
@@ -238,31 +229,29 @@ def test_two_members_taking_the_writer_from_each_other_never_set_the_changelog_b
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_a_partition_fenced_and_unpublished_is_seen_aging_until_published_again() -> None:
+def test_a_partition_fenced_and_unpublished_is_seen_aging_until_published_again(
+        tmp_path: Path) -> None:
     """``unpublished_s`` (the metric effectlog_changelog_unpublished_seconds) counts from the
     last time the changelog held everything applied here, through a fence and a retake."""
-    tmp = Path(tempfile.mkdtemp(prefix="retake-"))
-    try:
-        kept, clock, changelog = records(), Clock(), MemoryChangelog()
-        [member] = members(tmp, kept, changelog, clock)
-        member.assign()
-        assert member.publisher.unpublished_s() == {0: 0.0}
-        _apply_upto(member.projector, 5)
-        clock.now = 10.0
-        assert member.publisher.unpublished_s() == {0: 10.0}  # applied, not yet published
-        assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
-        clock.now = 12.0
-        assert not member.publisher.publish(0)  # nothing new: still current
-        changelog.writer(0)
-        _apply_upto(member.projector, 9)
-        assert not member.publisher.publish(0)  # fenced
-        clock.now = 80.0
-        assert member.publisher.unpublished_s() == {0: 68.0}
-        assert member.publisher.retake() == [0]
-        assert member.publisher.unpublished_s() == {0: 68.0}  # taken again, not yet published
-        assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
-        member.publisher.release([0], final=True)
-        assert member.publisher.unpublished_s() == {}
-        member.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp_path
+    kept, clock, changelog = records(), Clock(), MemoryChangelog()
+    [member] = members(tmp, kept, changelog, clock)
+    member.assign()
+    assert member.publisher.unpublished_s() == {0: 0.0}
+    _apply_upto(member.projector, 5)
+    clock.now = 10.0
+    assert member.publisher.unpublished_s() == {0: 10.0}  # applied, not yet published
+    assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
+    clock.now = 12.0
+    assert not member.publisher.publish(0)  # nothing new: still current
+    changelog.writer(0)
+    _apply_upto(member.projector, 9)
+    assert not member.publisher.publish(0)  # fenced
+    clock.now = 80.0
+    assert member.publisher.unpublished_s() == {0: 68.0}
+    assert member.publisher.retake() == [0]
+    assert member.publisher.unpublished_s() == {0: 68.0}  # taken again, not yet published
+    assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
+    member.publisher.release([0], final=True)
+    assert member.publisher.unpublished_s() == {}
+    member.close()
