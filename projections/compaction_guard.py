@@ -75,6 +75,18 @@ class CompactionGuard:
         self._halted: dict[int, str] = {}
         self._newest = 0  # the newest record time read: the brokers' clock is at least there
 
+    def lag_read(self, lag_ms: int | None) -> None:
+        """The topic's ``min.compaction.lag.ms`` as read again now (any thread): a lower one
+        (or a first one: the topic is compacted now) applies at once, to the partitions started
+        from then on too; a higher one never does, since what the cleaner removed under the
+        lower one stays removed (and None, no longer compacted, changes nothing)."""
+        if lag_ms is None or (self.lag_ms is not None and lag_ms >= self.lag_ms):
+            return
+        logger.warning("the events topic's min.compaction.lag.ms is now %d ms (was %s): gaps "
+                       "are judged by it from now on", lag_ms,
+                       "not compacted" if self.lag_ms is None else f"{self.lag_ms} ms")
+        self.lag_ms = lag_ms
+
     def start(self, partition: int, next_offset: int) -> None:
         """``partition`` resumes at ``next_offset``: the records below it were applied."""
         self._halted.pop(partition, None)

@@ -38,7 +38,7 @@ from consumers.node.watch import watch_log
 from consumers.reconciler import Handled, Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from effectlog.codec import event_codec
-from effectlog.errors import EffectlogError
+from effectlog.errors import EffectlogError, WrongLog
 from effectlog.judge.premises import known_fingerprints, worker_fingerprint
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS, EventLog
@@ -300,10 +300,12 @@ class Node:
 
     def _watch_log(self, bound: str | None) -> Callable[[threading.Event], None]:
         def body(stop: threading.Event) -> None:
-            error = watch_log(self.log_url, bound, stop, self.settings.observe_every_s)
+            error = watch_log(self.log_url, bound, stop, self.settings.observe_every_s,
+                              on_lag=self.projector.guard.lag_read)
             if error is not None:
                 logger.error("%s", error)
-                self.metrics.log_replaced.set(1)
+                if isinstance(error, WrongLog):
+                    self.metrics.log_replaced.set(1)
                 self.fatal = error
                 self.crashed.set()
         return body

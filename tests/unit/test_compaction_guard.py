@@ -269,3 +269,29 @@ def test_the_guard_never_applies_past_a_removed_record(
             passed = max(passed, end - 1)
     removed = {r.offset for r in written} - {r.offset for r in kept}
     assert not [o for o in removed if start <= o <= passed], (removed, start, passed)
+
+
+def test_a_lower_lag_read_while_running_applies_at_once_and_a_higher_one_never() -> None:
+    """The operator lowers ``min.compaction.lag.ms`` under a running serve: records the old lag
+    kept may go now, so a gap after them halts; raising it again brings nothing back."""
+    made, halts = guard()
+    earlier, between = record(0, NOW_MS - 25_000), record(2, NOW_MS - 20_000)
+    assert made.admit(0, [earlier, between]) == [earlier, between]  # safe under 60 s
+    made.lag_read(LAG_MS // 10)
+    made.lag_read(LAG_MS)  # higher again: the lower one stays
+    made.lag_read(None)  # no longer compacted: changes nothing
+    assert made.lag_ms == LAG_MS // 10
+    assert made.admit(0, [record(4, YOUNG)]) == []  # 20 s is old under 6 s
+    assert len(halts) == 1 and "offsets 3 to 3" in halts[0] and "(6s)" in halts[0]
+
+
+def test_a_first_lag_read_guards_the_partitions_started_after_it() -> None:
+    made = CompactionGuard(Stamped([]), lag_ms=None, clock_ms=lambda: NOW_MS)
+    made.lag_ms = None  # the topic was not compacted when the guard was made
+    made.start(0, 0)
+    gap = [record(0, OLD), record(2, YOUNG)]
+    assert made.admit(0, gap) == gap  # nothing compacted then: nothing to guard
+    made.lag_read(LAG_MS)
+    made.start(1, 0)
+    with pytest.raises(CompactionGap, match="offsets 1 to 1"):
+        made.admit(1, [replace(r, partition=1) for r in gap])

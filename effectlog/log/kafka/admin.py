@@ -90,8 +90,15 @@ def serving_problem(settings: KafkaSettings) -> str | None:
         return (f"kafka topic {events} {WRITER_CLOCK} (message.timestamp.type={stamps}): set "
                 f"LogAppendTime, e.g. kafka-configs.sh --alter --entity-type topics "
                 f"--entity-name {events} --add-config message.timestamp.type=LogAppendTime")
+    policy = set(configs[events].get("cleanup.policy", "delete").replace(" ", "").split(","))
+    limits = {name: int(configs[events].get(name, default)) for name, default in
+              (("retention.ms", str(7 * 24 * 3600 * 1000)), ("retention.bytes", "-1"))}
+    if "delete" in policy and any(limit != -1 for limit in limits.values()):
+        return (f"kafka topic {events} deletes records ("
+                f"{', '.join(f'{k}={v}' for k, v in limits.items())}) whether or not they "
+                f"reached the changelog: set both to -1 (compaction is what keeps it small)")
     lag = int(configs[events].get("min.compaction.lag.ms", "0"))
-    if lag < MIN_SERVING_LAG_MS:
+    if "compact" in policy and lag < MIN_SERVING_LAG_MS:
         return (f"kafka topic {events} may compact records {lag} ms after they are written, "
                 f"before they reach the changelog: set min.compaction.lag.ms to at least "
                 f"{MIN_SERVING_LAG_MS} (the reconciliation window is better)")
