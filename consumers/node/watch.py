@@ -8,11 +8,12 @@ of the old one, silently wrong; instead the node reports :class:`~effectlog.erro
 rebuild`` adopts the new log.
 
 Premises: what ``serve`` checks before it starts (:meth:`EventLog.check_serving`: on Kafka,
-records stamped with the brokers' clock, events kept until the changelog has them, a changelog
-that never deletes) is checked again at every look, since a topic's config can be altered
-under a running node; a broken one stops it as at the start (:class:`Conflict`, exit 3). The
-events topic's ``min.compaction.lag.ms`` read at each look goes to ``on_lag`` (the compaction
-guard takes a lower one at once).
+records stamped with the brokers' clock, events never deleted by retention, a changelog that
+never deletes) is checked again at every look, since a topic's config can be altered under a
+running node; a broken one stops it as at the start (:class:`Conflict`, exit 3). The events
+topic's ``min.compaction.lag.ms`` read at each look goes to ``on_lag``: the compaction guard
+takes a lower one at once, so a lag below serve's floor set under a running node halts what
+it may have thinned rather than stopping every partition.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def watch_log(log_url: str, bound: str | None, stop: threading.Event, every_s: f
             with open_log(log_url, create=False) as log:
                 now = log.identity()
                 if now == bound:
-                    log.check_serving()
+                    log.check_serving(running=True)
                     if on_lag is not None:
                         on_lag(log.compaction_lag_ms())
         except LogMissing:

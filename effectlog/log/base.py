@@ -190,11 +190,12 @@ class EventLog(ABC):
         another one at the same URL. None when the backend cannot tell (checks are skipped)."""
         return None
 
-    def check_serving(self) -> None:  # noqa: B027 - optional hook
+    def check_serving(self, *, running: bool = False) -> None:  # noqa: B027 - optional hook
         """Raise :class:`~effectlog.errors.Conflict` when the log's settings break a premise a
         serving projection rests on (Kafka: records carry the broker's time, which recovery
         measures "stuck" on; the events stay long enough to reach the changelog, which
-        exists and never deletes)."""
+        exists and never deletes). ``running``: asked again by a serving node, which leaves
+        a compaction lag below serve's floor to its compaction guard instead of stopping."""
 
     def connect(self) -> None:  # noqa: B027 - optional hook
         """Do now what the first append would pay for (Kafka: connect, read the topic's

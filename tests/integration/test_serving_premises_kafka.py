@@ -34,9 +34,10 @@ def test_a_running_serve_takes_a_lower_lag_and_stops_when_the_topic_takes_writer
     node = Serve(tmp_path, "s0", kafka_url, None)
     try:
         wait_until(lambda: len(node.serving()) == 6, 60, "serve owns every partition")
-        alter(kafka_url, "min.compaction.lag.ms", "20000")  # lower, still allowed: taken
-        wait_until(lambda: "min.compaction.lag.ms is now 20000 ms" in node.err_path.read_text(),
+        alter(kafka_url, "min.compaction.lag.ms", "2000")  # below serve's floor: the guard's
+        wait_until(lambda: "min.compaction.lag.ms is now 2000 ms" in node.err_path.read_text(),
                    30, "the compaction guard took the lower lag")
+        assert node.process.poll() is None and len(node.serving()) == 6
         alter(kafka_url, "message.timestamp.type", "CreateTime")
         node.process.wait(60)  # it notices at its next look and stops by itself
     finally:

@@ -28,7 +28,8 @@ class Seen(MemoryLog):
             raise self.look
         return str(self.look)
 
-    def check_serving(self) -> None:
+    def check_serving(self, *, running: bool = False) -> None:
+        assert running  # a lag below serve's floor is the guard's, not a reason to stop
         if self.problem is not None:
             raise Conflict(self.problem)
 

@@ -71,11 +71,13 @@ WRITER_CLOCK = "stamps records with the writers' clocks, which recovery would me
 MIN_SERVING_LAG_MS = 10_000
 
 
-def serving_problem(settings: KafkaSettings) -> str | None:
+def serving_problem(settings: KafkaSettings,
+                    lag_floor_ms: int = MIN_SERVING_LAG_MS) -> str | None:
     """None when the topics keep what a serving projection rests on; else what is wrong, in
     one line: the events topic must stamp records with the broker's clock (recovery measures
-    stuck on it) and keep records long enough to be published to the changelog, which must
-    exist, be compacted and never delete (it is the only copy of accepted state)."""
+    stuck on it) and keep records long enough to be published to the changelog (never
+    deleted; compacted no sooner than ``lag_floor_ms``), which must exist, be compacted and
+    never delete (it is the only copy of accepted state)."""
     events, state = settings.topic(EVENTS), settings.topic(STATE)
     admin = AdminClient(_admin_config(settings))
     try:
@@ -98,10 +100,10 @@ def serving_problem(settings: KafkaSettings) -> str | None:
                 f"{', '.join(f'{k}={v}' for k, v in limits.items())}) whether or not they "
                 f"reached the changelog: set both to -1 (compaction is what keeps it small)")
     lag = int(configs[events].get("min.compaction.lag.ms", "0"))
-    if "compact" in policy and lag < MIN_SERVING_LAG_MS:
+    if "compact" in policy and lag < lag_floor_ms:
         return (f"kafka topic {events} may compact records {lag} ms after they are written, "
                 f"before they reach the changelog: set min.compaction.lag.ms to at least "
-                f"{MIN_SERVING_LAG_MS} (the reconciliation window is better)")
+                f"{lag_floor_ms} (the reconciliation window is better)")
     policy = set(configs[state].get("cleanup.policy", "delete").replace(" ", "").split(","))
     if policy != {"compact"}:
         return (f"kafka topic {state} must be compacted and never delete (cleanup.policy="

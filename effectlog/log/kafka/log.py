@@ -140,10 +140,10 @@ class KafkaLog(EventLog):
 
         return compaction_lag_ms(self.settings)
 
-    def check_serving(self) -> None:
-        from effectlog.log.kafka.admin import serving_problem
+    def check_serving(self, *, running: bool = False) -> None:
+        from effectlog.log.kafka.admin import MIN_SERVING_LAG_MS, serving_problem
 
-        problem = serving_problem(self.settings)
+        problem = serving_problem(self.settings, lag_floor_ms=0 if running else MIN_SERVING_LAG_MS)
         if problem is not None:
             raise Conflict(problem)
 
