@@ -35,7 +35,7 @@ S, T = State, Transition
 #: The version of the rules below. Raise it with any change that could judge a record of an
 #: existing log differently: a judge (``effectlog serve``) refuses to judge the writes of a
 #: writer whose rules version differs (see :mod:`effectlog.judge.premises`).
-RULES_VERSION = 1
+RULES_VERSION = 2  # 2: one DISPATCH per claim (a DISPATCH from DISPATCHED/UNKNOWN needs a CLAIM)
 _RECORDED = frozenset({S.SUCCEEDED, S.FAILED})
 
 #: (state before, transition) -> states allowed after. ``None`` is "no event yet".
@@ -128,6 +128,13 @@ def _check_details(current: EffectEvent | None, event: EffectEvent) -> None:
     step = 1 if event.transition is T.DISPATCH else 0
     if event.attempt != current.attempt + step:
         raise IllegalTransition(f"attempt {event.attempt} does not follow {current.attempt}")
+    if event.transition is T.DISPATCH and current.state is not S.RESERVED \
+            and current.transition is not T.CLAIM:
+        # one DISPATCH per claim: whoever dispatches again (after a crash, a timeout, an
+        # UNKNOWN) claims the key first, so the provider sees a new fencing epoch
+        raise IllegalTransition(
+            f"a second dispatch of epoch {current.fencing_epoch} of {event.idempotency_key} "
+            f"(it is {current.state.value}): dispatching again needs a claim first")
     if event.transition is T.RECORD and (event.outcome is None
                                          or event.outcome.status is not event.state):
         raise IllegalTransition("a record event needs an outcome matching its state")

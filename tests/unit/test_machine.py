@@ -100,6 +100,19 @@ def test_unknown_transition_name_is_a_value_error() -> None:
     assert Transition.parse(" dispatch ") is T.DISPATCH
 
 
+def test_one_dispatch_per_claim_from_dispatched_or_unknown_a_claim_comes_first() -> None:
+    dispatched = _dispatched()
+    with pytest.raises(IllegalTransition, match="a second dispatch of epoch 1"):
+        advance(dispatched, T.DISPATCH, "w1")
+    unknown = advance(dispatched, T.UNKNOWN, "w1", error="timeout")
+    with pytest.raises(IllegalTransition, match="needs a claim first"):
+        advance(unknown, T.DISPATCH, "w1")
+    for before in (dispatched, unknown):
+        claimed = advance(before, T.CLAIM, "reconciler")
+        again = advance(claimed, T.DISPATCH, "reconciler")
+        assert again.fencing_epoch == 2 and again.attempt == 2
+
+
 def test_approval_decides_the_next_state() -> None:
     unknown = advance(_dispatched(), T.UNKNOWN, "w1", error="timeout")
     retry = advance(unknown, T.APPROVE, "ops", approval=Approval(Decision.RETRY, "a", "b"))
@@ -135,6 +148,8 @@ class EffectMachine(RuleBasedStateMachine):
         event = cur.next(transition, state, fencing_epoch=epoch, worker_id=worker,
                          attempt=attempt, **extra)
         legal = transition.value in ORACLE[cur.state.value]
+        if transition is T.DISPATCH and cur.state is not S.RESERVED:
+            legal = legal and cur.transition is T.CLAIM  # one DISPATCH per claim
         if transition.value in CLAIMS:
             fenced_ok = epoch > cur.fencing_epoch
         else:
@@ -195,6 +210,17 @@ class EffectMachine(RuleBasedStateMachine):
         current, rejected = fold(self.log)
         assert current == self.current
         assert len(rejected) == len(self.log) - len(self.accepted)
+
+    @invariant()
+    def one_dispatch_per_claim(self) -> None:
+        """Between two accepted DISPATCHes the key was claimed again (a new epoch)."""
+        dispatched_since_claim = False
+        for event in self.accepted:
+            if event.transition.value in CLAIMS:
+                dispatched_since_claim = False
+            elif event.transition is T.DISPATCH:
+                assert not dispatched_since_claim, "two DISPATCHes under one claim"
+                dispatched_since_claim = True
 
     @invariant()
     def attempts_count_dispatches(self) -> None:
