@@ -275,21 +275,27 @@ class Projector:
         while len(self._inflight) < max(1, self.settings.pipeline_depth):
             wait = 0.0 if self._inflight else self.settings.idle_sleep_s
             fetched = source.poll(self.settings.batch_size, wait)
+            self._admit(fetched.records)
+            # after the records of the same poll: an end reached first would take them as
+            # checked already (the guard's mark moves to the end)
             for partition, offset in fetched.reached.items():
                 if partition in self._writers and self.guard.reached(partition, offset):
                     self._reached[partition] = offset
             if not fetched.records:
                 self._note_reached()
                 return
-            for partition, found in _by_partition(fetched.records).items():
-                records = self.guard.admit(partition, found)
-                start = self._cursors.get(partition)
-                if start is None or not records or records[-1].offset < start:
-                    continue  # not ours (any more), read before, or halted
-                decoder = self._decoder_for(len(records))
-                decoder.send([r.value for r in records])
-                self._inflight.append(_InFlight(partition, start, records, decoder))
-                self._cursors[partition] = records[-1].offset + 1
+
+    def _admit(self, fetched: list[Record]) -> None:
+        """Hand what the guard admits of ``fetched`` to a decoder, per partition."""
+        for partition, found in _by_partition(fetched).items():
+            records = self.guard.admit(partition, found)
+            start = self._cursors.get(partition)
+            if start is None or not records or records[-1].offset < start:
+                continue  # not ours (any more), read before, or halted
+            decoder = self._decoder_for(len(records))
+            decoder.send([r.value for r in records])
+            self._inflight.append(_InFlight(partition, start, records, decoder))
+            self._cursors[partition] = records[-1].offset + 1
 
     def _advance(self, partition: int, offset: int) -> None:
         self._note_reached(partition)

@@ -10,6 +10,7 @@ there instead. The other tests pin which gaps halt and which do not.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from effectlog.log.base import EVENTS, Record
 from effectlog.log.memory import MemoryLog
+from effectlog.log.source import AssignmentListener, Fetched, RecordSource
 from projections.checkpoint import Checkpoint
 from projections.compaction_guard import CompactionGap, CompactionGuard
 from projections.projector import Projector, ProjectorSettings
@@ -295,3 +297,44 @@ def test_a_first_lag_read_guards_the_partitions_started_after_it() -> None:
     made.start(1, 0)
     with pytest.raises(CompactionGap, match="offsets 1 to 1"):
         made.admit(1, [replace(r, partition=1) for r in gap])
+
+
+class OnePoll(RecordSource):
+    """A group source whose polls are given: the tail and its end may come in one poll, as a
+    consumer delivers them when the tail fits one fetch."""
+
+    def __init__(self, polls: list[Fetched]) -> None:
+        self.polls = polls
+
+    def start(self, listener: AssignmentListener) -> None:
+        listener.assigned([0])
+
+    def poll(self, limit: int, timeout_s: float) -> Fetched:
+        return self.polls.pop(0) if self.polls else Fetched([], {})
+
+    def seek(self, partition: int, offset: int) -> None:
+        pass
+
+
+class OldLog(Stamped):
+    def compaction_lag_ms(self) -> int | None:
+        return LAG_MS
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["end-later", "end-in-same-poll"])
+def test_a_gap_halts_the_projector_whether_the_end_comes_in_the_same_poll_or_later(
+        tmp_path: Path, together: bool) -> None:
+    """The end of a partition reached in the same poll as its records is handed to the
+    guard after them: first, it would carry the guard's mark past records it never saw."""
+    old = int(time.time() * 1000) - 10 * LAG_MS
+    kept = [Record(EVENTS, 0, 0, "k", b"x", old), Record(EVENTS, 0, 5, "k", b"y", old)]
+    polls = [Fetched(kept, {0: 6})] if together else [Fetched(kept, {}), Fetched([], {0: 6})]
+    halted: dict[int, str] = {}
+    with Projector(OldLog(kept), tmp_path, ProjectorSettings(decoder="inline"),
+                   follow_swaps=False, from_changelog=False,
+                   on_halt=halted.__setitem__) as projector:
+        source = OnePoll(polls)
+        source.start(projector)
+        for _ in range(6):
+            projector.step(source)
+        assert list(halted) == [0] and projector.next_offsets()[0] == 1
