@@ -111,9 +111,15 @@ class WithStandbys(RecordSource):
             self._owned.update(partitions)
         promoted = [p for p in partitions if p in self._held]
         at = self.projector.next_offsets() if promoted else {}
+        halted = self.projector.guard.halted()
         for partition in promoted:
             self.standby.drop(partition)
             self._held.discard(partition)
+            if partition in halted:  # opened afresh: restored from the changelog if behind it
+                self.projector.revoked([partition])
+                logger.warning("partition %d: the standby copy halted (%s); opening it afresh",
+                               partition, halted[partition], extra={"partition": partition})
+                continue
             logger.info("partition %d: standby promoted, applied up to offset %d (the tail "
                         "since follows before it serves)", partition, at.get(partition, 0),
                         extra={"partition": partition})

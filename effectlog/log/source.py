@@ -126,7 +126,14 @@ class LogSource(RecordSource):
             return Fetched([], {})
         if self.until is None and len(self._cursors) == 1:
             [(partition, offset)] = self._cursors.items()
-            return self._read(partition, offset, limit, timeout_s)
+            fetched = self._read(partition, offset, limit, timeout_s)
+            if not fetched.records and not fetched.reached and \
+                    time.monotonic() - self._ends_at >= _REFRESH_S:
+                # the end asked now, before the next read: if that read finds nothing
+                # either, the offsets up to it hold no readable record (markers, aborted)
+                self._ends = self.log.end_offsets(self.topic)
+                self._ends_at = time.monotonic()
+            return fetched
         behind = self._behind()
         if not behind and self.until is None:
             time.sleep(max(timeout_s, 0.0))
@@ -155,7 +162,7 @@ class LogSource(RecordSource):
             records = [r for r in records if r.offset < self.until.get(partition, 0)]
         if not records:
             end = self._ends.get(partition, 0)
-            if offset < end and timeout_s <= 0:  # nothing readable before the end seen
+            if offset < end:  # nothing readable before an end asked before this read
                 self._cursors[partition] = end
                 return Fetched([], {partition: end})
             self._empty[partition] = self._empty.get(partition, 0) + 1
