@@ -113,8 +113,9 @@ class Projector:
                 writer = self.store.open_writer(partition, partitions=count)
                 try:
                     writer.bind_log(self.log)
-                    writer = starting_writer(writer, self.store, self.log, self.changelog,
-                                             count)
+                    writer = starting_writer(
+                        writer, self.store, self.log, self.changelog, count,
+                        gaps_accepted=self.settings.accept_compaction_gaps)
                 except BaseException:
                     self.store.release(partition)
                     raise

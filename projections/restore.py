@@ -24,21 +24,27 @@ logger = logging.getLogger(__name__)
 
 
 def starting_writer(writer: PartitionWriter, store: ProjectionStore, log: EventLog,
-                    changelog: Changelog | None, count: int) -> PartitionWriter:
+                    changelog: Changelog | None, count: int, *,
+                    gaps_accepted: bool = False) -> PartitionWriter:
     """``writer``, or the partition restored from ``changelog`` unless what is stored here is
-    exactly what the changelog's last checkpoint reflects (``count``: the log's partitions)."""
+    exactly what the changelog's last checkpoint reflects (``count``: the log's partitions).
+
+    Projecting a compacted events topic without a checkpoint, a key's first record read is
+    its first record ever: the compaction guard halts before any stretch compaction may have
+    thinned. Only past a gap the operator accepted (``gaps_accepted``,
+    ``--accept-compaction-gaps``) may a key's first surviving record follow removed ones;
+    then it is taken as the key's baseline (checked for its binding, not by the rules)."""
     if changelog is None:
         # no changelog to restore from (a log that keeps every record; or, compacted, a
-        # backend without one): a key's first surviving record is its baseline
-        writer.trust_first = log.compacted
+        # backend without one)
+        writer.trust_first = gaps_accepted and log.compacted
         return writer
     partition = writer.partition
     raw = changelog.last_checkpoint(partition)
     if raw is None:
-        # nothing published yet: projecting from the events topic alone, whose first
-        # surviving record of a key may follow compacted ones (a log from before changelogs);
-        # its first publication carries every key
-        writer.trust_first = log.compacted and writer.next_offset == 0
+        # nothing published yet: projecting from the events topic alone (its first
+        # publication carries every key)
+        writer.trust_first = gaps_accepted and log.compacted and writer.next_offset == 0
         writer.publish_all()
         return writer
     checkpoint = Checkpoint.decode(raw)

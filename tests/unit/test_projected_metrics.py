@@ -14,7 +14,7 @@ from effectlog.metrics import Metrics
 from effectlog.model import Outcome, State, Transition
 from effectlog.worker import Worker
 from projections import open_reader
-from projections.projector import project
+from projections.projector import ProjectorSettings, project
 
 
 def _fill(url: str) -> None:
@@ -36,7 +36,10 @@ def _fill(url: str) -> None:
     log.close()
 
 
-def test_a_compacted_log_rebuilds_from_the_latest_record_per_key(tmp_path: Path) -> None:
+def test_a_compacted_log_rebuilds_from_the_latest_record_per_key_only_with_gaps_accepted(
+        tmp_path: Path) -> None:
+    """A key's first record read is its baseline only past a gap the operator accepted
+    (``--accept-compaction-gaps``); otherwise it is judged by the rules like any other."""
     class CompactedLog(MemoryLog):
         compacted = True
 
@@ -44,7 +47,10 @@ def test_a_compacted_log_rebuilds_from_the_latest_record_per_key(tmp_path: Path)
     Worker(full, "w1").perform("op-9", "email.send", "t", {"n": 9}, lambda c: {"id": 9})
     last = full.read_key(EVENTS, "agent:op-9:email.send:t")[-1]
     compacted.append(EVENTS, last.key, last.value)  # what compaction leaves
-    project(compacted, tmp_path / "compacted")
+    project(compacted, tmp_path / "judged")
+    with open_reader(tmp_path / "judged") as judged:
+        assert judged.get(last.key) is None  # a RECORD first: illegal by the rules
+    project(compacted, tmp_path / "compacted", ProjectorSettings(accept_compaction_gaps=True))
     project(full, tmp_path / "full")
     with open_reader(tmp_path / "compacted") as a, open_reader(tmp_path / "full") as b:
         assert a.get(last.key) == b.get(last.key)
