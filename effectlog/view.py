@@ -17,8 +17,8 @@ from effectlog.model import EffectEvent
 def decode_events(log: EventLog, key: str, records: list[Record] | None = None
                   ) -> list[EffectEvent | Expiry]:
     """The decodable events of ``key`` in log order, a tombstone (a record without a value)
-    as an :class:`~effectlog.machine.Expiry` (undecodable ones are skipped here; the
-    projector stores them as rejected)."""
+    as an :class:`~effectlog.machine.Expiry` (undecodable ones, and events of another key
+    under this record key, are skipped here; the projector stores them as rejected)."""
     codec = event_codec()
     events: list[EffectEvent | Expiry] = []
     for record in log.read_key(EVENTS, key) if records is None else records:
@@ -26,9 +26,11 @@ def decode_events(log: EventLog, key: str, records: list[Record] | None = None
             events.append(Expiry(record.key))
             continue
         try:
-            events.append(EffectEvent.from_record(codec.decode(record.value)))
+            event = EffectEvent.from_record(codec.decode(record.value))
         except (CodecError, KeyError, ValueError):
             continue
+        if event.idempotency_key == record.key:
+            events.append(event)
     return events
 
 

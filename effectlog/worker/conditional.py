@@ -37,8 +37,11 @@ class ConditionalWrites:
         last = self._last.get(key)
         if last is None:
             last = yield from ask(Fold(key))
-        try:
-            check(last[0], events[0])  # the rules, on the state the append is conditional on
+        state = last[0]
+        try:  # the rules, on the state the append is conditional on, event after event
+            for event in events:
+                check(state, event)
+                state = event
         except Conflict as exc:
             raise Refused(key, last[0], str(exc)) from None
         positions = yield from ask(AppendAfter(key, data, last[1]))

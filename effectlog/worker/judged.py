@@ -55,11 +55,15 @@ class JudgedWrites:
         written = tuple(Written(p.offset, e.event_id)
                         for p, e in zip(positions, events, strict=True))
         answer = yield from self.ask(Query(key, written=written))
-        refused = [verdict for verdict in answer.verdicts if not verdict.accepted]
+        # each verdict taken by its event and offset (checked to be there), never by position
+        verdicts = [answer.verdict(w) for w in written]
+        refused = [v for v in verdicts if v is None or not v.accepted]
         if not refused:
             remember(self._own, key, Known(events[-1], True))
-        elif atomic or not answer.verdicts or not answer.verdicts[-1].accepted:
-            raise Refused(key, answer.state, refused[0].reason or "not accepted")
+        elif atomic or verdicts[-1] is None or not verdicts[-1].accepted:
+            first = refused[0]
+            raise Refused(key, answer.state,
+                          (first.reason if first is not None else None) or "not accepted")
         return positions
 
     def forget(self, key: str) -> None:
