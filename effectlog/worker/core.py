@@ -163,10 +163,16 @@ class WorkerCore:
     def step(self, key: str, transition: Transition, epoch: int | None, *,
              outcome: Outcome | None = None, error: str | None = None) -> Steps[EffectEvent]:
         """DISPATCH, RECORD, UNKNOWN or AWAIT_APPROVAL with this worker's epoch (built on its
-        own accepted write when it has one: the RECORD after a provider call reads nothing)."""
-        return (yield from self._judged(key, lambda current: advance(
+        own accepted write when it has one: the RECORD after a provider call reads nothing).
+        A DISPATCH accepted more than ``call_within_s`` after it began raises
+        :class:`LateVerdict`, as in :meth:`begin`."""
+        began = self._clock()
+        event = yield from self._judged(key, lambda current: advance(
             current, transition, self.worker_id, outcome=outcome, error=error,
-            epoch=self.epoch(key, current, epoch))))
+            epoch=self.epoch(key, current, epoch)))
+        if transition is T.DISPATCH:
+            self._in_time(event, began)
+        return event
 
     def record(self, key: str, status: State | str, result: Any, source: str,
                epoch: int | None) -> Steps[EffectEvent]:
@@ -223,9 +229,7 @@ class WorkerCore:
             except Refused as lost:  # another writer moved the key in between: judge again
                 head, current = lost.current, True
                 continue
-            took = self._clock() - began
-            if self.call_within_s is not None and took > self.call_within_s:
-                raise LateVerdict(dispatched, took, self.call_within_s)
+            self._in_time(dispatched, began)
             return dispatched, False
         raise Fenced(f"dispatch of {key} kept losing to concurrent writers", "lost_race")
 
@@ -242,6 +246,13 @@ class WorkerCore:
         return events[-1]
 
     # -- internals -----------------------------------------------------------------------
+
+    def _in_time(self, dispatched: EffectEvent, began: float) -> None:
+        """Raise :class:`LateVerdict` when the verdict on ``dispatched`` came too late to
+        call on (recovery may be acting on the effect already)."""
+        took = self._clock() - began
+        if self.call_within_s is not None and took > self.call_within_s:
+            raise LateVerdict(dispatched, took, self.call_within_s)
 
     def _judged(self, key: str, build: Callable[[EffectEvent], EffectEvent]) -> Steps[EffectEvent]:
         """Write ``build(state)`` on the key's state until it is accepted. A write refused,

@@ -70,3 +70,17 @@ def test_a_verdict_within_the_accept_timeout_is_called_on(log: EventLog) -> None
     again = Worker(log, "again", judge=SlowVerdicts(log, 0.0))
     again.perform("op-2", KIND, TARGET, {"cents": 100}, lambda call: calls.append(call.key))
     assert len(calls) == 1  # finished: replayed, not called
+
+
+def test_a_late_verdict_on_a_dispatch_step_raises_as_in_perform(log: EventLog) -> None:
+    """``Worker.dispatch`` (what ``effectlog append`` and the reconciler call on) is held to
+    the same bound: a late positive verdict is no word to call on."""
+    worker = Worker(log, "slow", judge=SlowVerdicts(log, 0.4), accept_timeout_s=0.2)
+    key = worker.create("op-3", KIND, TARGET, {"cents": 1}).idempotency_key
+    worker.reserve(key)
+    with pytest.raises(LateVerdict, match="not called, left to recovery"):
+        worker.dispatch(key)
+    prompt = Worker(log, "prompt", judge=SlowVerdicts(log, 0.0), accept_timeout_s=2.0)
+    key = prompt.create("op-4", KIND, TARGET, {"cents": 1}).idempotency_key
+    prompt.reserve(key)
+    assert prompt.dispatch(key).state is State.DISPATCHED
