@@ -176,8 +176,11 @@ class PartitionGate:
     # -- waits ---------------------------------------------------------------------------
 
     def _reached(self, partition: int, offset: int) -> bool:
+        """Whether a wait for ``offset`` of ``partition`` is over: reached, or never will be
+        here (the partition is not ours, or halted)."""
         part = self._parts.get(partition)
-        return part is None or (part.serving and part.position >= offset)
+        return part is None or part.halted is not None or (
+            part.serving and part.position >= offset)
 
     def wait(self, partition: int, offset: int, timeout_s: float) -> bool:
         """Block until ``partition`` serves with everything below ``offset`` applied.

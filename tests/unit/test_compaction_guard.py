@@ -338,3 +338,30 @@ def test_a_gap_halts_the_projector_whether_the_end_comes_in_the_same_poll_or_lat
         for _ in range(6):
             projector.step(source)
         assert list(halted) == [0] and projector.next_offsets()[0] == 1
+
+
+def test_a_request_waiting_on_a_partition_that_halts_is_answered_at_once() -> None:
+    """A verdict or fresh read waiting for a partition to catch up hears of its halt at once
+    (503), not after its whole wait."""
+    import asyncio
+    import threading
+
+    from consumers.node.gate import PartitionGate
+
+    gate = PartitionGate()
+    gate.assigned(0, 0, 10)
+    halter = threading.Timer(0.2, gate.halt, (0, "events partition 0: … halted there"))
+    began = time.monotonic()
+    halter.start()
+    assert not gate.wait(0, 5, 30)
+    assert time.monotonic() - began < 10
+
+    gate.assigned(1, 0, 10)
+
+    async def waiting() -> bool:
+        asyncio.get_running_loop().call_later(0.2, gate.halt, 1, "halted there")
+        return await gate.wait_async(1, 5, 30)
+
+    began = time.monotonic()
+    assert not asyncio.run(waiting())
+    assert time.monotonic() - began < 10
