@@ -230,7 +230,9 @@ class Node:
         covered = set(self.gate.serving())
         pages = [read_page(self.reader, state, before_ms=before_ms, after=after,
                            filters=filters, limit=limit) for state in states]
-        return merge_pages(pages, limit), covered
+        # only what was served throughout: a partition revoked during the read may be missing
+        # from the page, so it is not claimed as covered (the caller asks its owner)
+        return merge_pages(pages, limit), covered & set(self.gate.serving())
 
     def stats_local(self) -> tuple[dict[str, int], dict[int, int]]:
         """Counts and applied positions of the partitions served here."""
