@@ -28,7 +28,8 @@ def rebuild(log: EventLog, state_dir: str | os.PathLike[str],
     The new generation records the identity of ``log``: this is how a projection adopts
     a new log (see :mod:`projections.lineage`). The state directory is held for the whole
     rebuild (:func:`~projections.rocksdb.layout.hold`): a running ``effectlog serve`` refuses
-    it, so no answer ever mixes two generations."""
+    it, so no answer ever mixes two generations. A ``state_dir`` that is not a projection
+    raises :class:`~projections.rocksdb.layout.NotAProjection` before anything is made."""
     held = layout.hold(state_dir, "effectlog rebuild")
     try:
         built = layout.new_build_dir(state_dir)
@@ -43,7 +44,11 @@ def rebuild(log: EventLog, state_dir: str | os.PathLike[str],
             shutil.rmtree(built, ignore_errors=True)
             logger.warning("rebuild stopped before the end; %s is unchanged", state_dir)
             return None
-        final = layout.swap_in(state_dir, built)
+        try:
+            final = layout.swap_in(state_dir, built)
+        except layout.NotAProjection:  # something else took the state's place meanwhile
+            shutil.rmtree(built, ignore_errors=True)
+            raise
     finally:
         held.close()
     logger.info("rebuilt projection swapped in: %s -> %s", state_dir, final)

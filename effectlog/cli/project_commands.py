@@ -155,12 +155,11 @@ def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: boo
     The current projection stays readable until the swap; a running project follows it.
     """
     from consumers.bookkeeping import adopt_log
-    from effectlog.cli.log_guard import projection_claims
     from projections.projector import ProjectorSettings
     from projections.rebuild import rebuild as run_rebuild
 
     stop = _stop_on_signals()
-    before = {i for i, _ in projection_claims(obj.state_dir).values() if i is not None}
+    before = _logs_claimed(obj.state_dir)
     log = obj.open_log(against_state=False)  # the one command that adopts a new log
     try:
         log.verify()
@@ -179,3 +178,31 @@ def rebuild(obj: CliContext, batch_size: int, decoder: DecoderChoice, quiet: boo
     if identity is not None and before - {identity}:
         click.echo(f"rebuild: adopted log {identity} (was {', '.join(sorted(before))})"
                    + (f"; reset {', '.join(p.name for p in reset)}" if reset else ""), err=True)
+
+
+def _logs_claimed(state_dir: str) -> set[str]:
+    """The logs the current projection says it was built from, so that a rebuild onto
+    another log says that it adopted it. A projection that cannot be read (damaged) does
+    not stop the rebuild that replaces it: one WARNING says what is not known about it."""
+    from effectlog.cli.log_guard import projection_claims
+    from projections.rocksdb.db import ProjectionDamaged
+    from projections.rocksdb.layout import check_state_dir
+
+    check_state_dir(state_dir)  # something other than a projection is refused, not rebuilt
+    try:
+        claims = projection_claims(state_dir)
+    except Exception as exc:
+        if isinstance(exc, ProjectionDamaged):
+            reason = f"{exc.path}: {exc.status}"
+        elif type(exc) is Exception:  # rocksdict's one error type: a RocksDB status
+            reason = str(exc)
+        else:
+            raise
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "the current projection could not be read (%s): rebuilding it from the log "
+            "without knowing which log and offsets it was built from, so a change of log is "
+            "not reported", reason.splitlines()[0] if reason else "unknown error")
+        return set()
+    return {i for i, _ in claims.values() if i is not None}

@@ -3,6 +3,10 @@
 WAL mode with ``synchronous=FULL``, so a commit is on disk when ``append`` returns. Several
 processes may append to one file; SQLite's write lock serialises them and the table's
 integer primary key gives each topic a gap-free, per-process-safe offset sequence.
+
+A log opened without ``create`` (every command but the ones that create effects) is read
+through a ``query_only`` connection until its first write: reading it never changes the log
+or its journal mode, and works in a directory it may not write.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ _META = "meta"
 # Rows are read as bytes and integers whatever another tool stored in them, so a foreign
 # or damaged row becomes an undecodable record, never an exception in the reader.
 _COLUMNS = "rid, CAST(key AS BLOB), CAST(value AS BLOB), CAST(ts AS INTEGER)"
+#: Errors of a reader that may not write the file or make its ``-wal``/``-shm`` beside it.
+_NO_INDEX = ("SQLITE_READONLY", "SQLITE_CANTOPEN")
 
 
 def path_from_url(url: str) -> Path:
@@ -54,6 +60,8 @@ class SqliteLog(EventLog):
         self.path = Path(path).absolute()
         self.url = f"sqlite:///{self.path}"
         self._lock = threading.RLock()
+        self._busy_timeout_s = busy_timeout_s
+        self._writable = False
         try:
             existed = self.path.exists()
         except OSError as exc:
@@ -64,13 +72,12 @@ class SqliteLog(EventLog):
             if not existed:
                 make_private_dirs(self.path.parent)
                 create_private_file(self.path)
-            # mode=rw: never create the file here, even if it vanished since the check.
-            self._db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True,
-                                       timeout=busy_timeout_s, isolation_level=None,
-                                       check_same_thread=False)
+            if create:  # a writer: read-write from the start
+                self._db = self._connect_rw()
+            else:  # read-only until the first write (see _writer)
+                self._db = self._connect_ro()
             try:
-                self._id = self._schema(initialise=create or not existed,
-                                        busy_timeout_s=busy_timeout_s)
+                self._id = self._schema(initialise=create or not existed)
             except BaseException:
                 self._db.close()
                 raise
@@ -79,53 +86,94 @@ class SqliteLog(EventLog):
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc}") from exc
 
-    def _schema(self, initialise: bool, busy_timeout_s: float) -> str:
+    def _connect(self, flags: str) -> sqlite3.Connection:
+        return sqlite3.connect(f"file:{quote(str(self.path))}?{flags}", uri=True,
+                               timeout=self._busy_timeout_s, isolation_level=None,
+                               check_same_thread=False)
+
+    def _connect_rw(self) -> sqlite3.Connection:
+        """A read-write connection in WAL mode with ``synchronous=FULL``; mode=rw: never
+        creates the file here, even if it vanished since it was looked for."""
+        db = self._connect("mode=rw")
+        try:
+            tables = _tables(db)
+            if EVENTS not in tables and tables:
+                raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
+                                         f"{EVENTS} table")
+            _enable_wal(db, time.monotonic() + self._busy_timeout_s)  # only once it is ours
+            db.execute("PRAGMA synchronous=FULL")
+        except BaseException:
+            db.close()
+            raise
+        self._writable = True
+        return db
+
+    def _connect_ro(self) -> sqlite3.Connection:
+        """A connection that cannot write: ``query_only``, so it never changes the log nor
+        switches its journal mode, and it sees what writers commit. Read-write at the file
+        level where it can be, so that SQLite removes the ``-wal``/``-shm`` files it makes
+        for a reader when the last connection closes; ``mode=ro`` where the file or its
+        directory may not be written. A reader of a WAL file needs SQLite's ``-shm`` index:
+        where none can be made and there is no ``-wal`` file (no writer has the log open,
+        nor could one in such a directory), the file is read as ``immutable``."""
+        last: sqlite3.OperationalError | None = None
+        for flags in ("mode=rw", "mode=ro"):
+            db = self._connect(flags)
+            try:
+                db.execute("PRAGMA query_only=ON")
+                _tables(db)  # the first read opens the WAL index, or fails without one
+                return db
+            except sqlite3.OperationalError as exc:
+                db.close()
+                if not getattr(exc, "sqlite_errorname", "").startswith(_NO_INDEX):
+                    raise
+                last = exc
+        assert last is not None
+        if os.path.exists(f"{self.path}-wal"):
+            raise last
+        db = self._connect("mode=ro&immutable=1")
+        db.execute("PRAGMA query_only=ON")
+        return db
+
+    def _writer(self) -> sqlite3.Connection:
+        """The connection to write with: a log opened read-only becomes read-write at its
+        first write (held under ``_lock``)."""
+        if not self._writable:
+            writer = self._connect_rw()
+            self._db.close()
+            self._db = writer
+        return self._db
+
+    def _schema(self, initialise: bool) -> str:
         """The log's id; creates tables and id when missing (a file just made, or a log
         from before ids existed). A SQLite file holding anything else is refused."""
-        tables = {row[0] for row in self._db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = _tables(self._db)
         if EVENTS not in tables and (tables or not initialise):
             raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
                                      f"{EVENTS} table")
-        self._enable_wal(time.monotonic() + busy_timeout_s)  # only once the file is ours
-        self._db.execute("PRAGMA synchronous=FULL")
         if {*TOPICS, _META} <= tables:
             found = self._log_id()
             if found is not None:
                 return found
-        self._db.execute("BEGIN IMMEDIATE")
+        db = self._writer()  # a log without its tables or id yet: written once, here
+        db.execute("BEGIN IMMEDIATE")
         try:
             for topic in TOPICS:
-                self._db.execute(
+                db.execute(
                     f"CREATE TABLE IF NOT EXISTS {topic} (rid INTEGER PRIMARY KEY, "
                     "key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL)")
-                self._db.execute(f"CREATE INDEX IF NOT EXISTS {topic}_key ON {topic}(key, rid)")
-            self._db.execute(f"CREATE TABLE IF NOT EXISTS {_META} "
-                             "(name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            self._db.execute(f"INSERT OR IGNORE INTO {_META} VALUES ('log_id', ?)",
-                             (uuid.uuid4().hex,))
-            self._db.execute("COMMIT")
+                db.execute(f"CREATE INDEX IF NOT EXISTS {topic}_key ON {topic}(key, rid)")
+            db.execute(f"CREATE TABLE IF NOT EXISTS {_META} "
+                       "(name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute(f"INSERT OR IGNORE INTO {_META} VALUES ('log_id', ?)",
+                       (uuid.uuid4().hex,))
+            db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise
         found = self._log_id()
         assert found is not None
         return found
-
-    def _enable_wal(self, deadline: float) -> None:
-        """Switch a new file to WAL. SQLite answers the switch with "database is locked"
-        at once, without its busy handler, while another process holds the file (several
-        workers opening a fresh log together), so the switch is retried until ``deadline``."""
-        pause = 0.001
-        while True:
-            try:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
 
     def _log_id(self) -> str | None:
         row = self._db.execute(f"SELECT value FROM {_META} WHERE name = 'log_id'").fetchone()
@@ -176,6 +224,7 @@ class SqliteLog(EventLog):
         stamp = int(time.time() * 1000)
         with self._lock:
             try:
+                self._writer()
                 if len(items) == 1:
                     rid = self._append_one(table, items[0], stamp, condition)
                     return None if rid is None else [Position(topic, 0, rid - 1)]
@@ -248,7 +297,7 @@ class SqliteLog(EventLog):
         table = _table(EVENTS)
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                self._writer().execute("BEGIN IMMEDIATE")
                 try:
                     rows = self._db.execute(
                         f"SELECT e.key, e.rid FROM {table} e JOIN (SELECT key, MAX(rid) AS last "
@@ -288,6 +337,26 @@ class SqliteLog(EventLog):
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"sqlite read from {self.path} failed: {exc}") from exc
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _enable_wal(db: sqlite3.Connection, deadline: float) -> None:
+    """Switch a new file to WAL. SQLite answers the switch with "database is locked" at
+    once, without its busy handler, while another process holds the file (several workers
+    opening a fresh log together), so the switch is retried until ``deadline``."""
+    pause = 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _path_error(path: Path, exc: OSError) -> EffectlogError:

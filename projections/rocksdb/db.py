@@ -7,6 +7,7 @@ read-only (a static view) or as a secondary instance (caught up with the primary
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
@@ -37,6 +38,17 @@ def _logger() -> logging.Logger:
 
 class ProjectionLocked(BackendUnavailable):
     """Another process holds the partition's writer lock (a running projector)."""
+
+
+class ProjectionDamaged(BackendUnavailable):
+    """A partition's RocksDB does not open for a reason other than access or space (a
+    corrupted or missing file): ``effectlog rebuild`` builds the projection anew."""
+
+    def __init__(self, path: Path, status: str) -> None:
+        super().__init__(f"cannot open projection {path}: {status} (`effectlog rebuild` "
+                         "builds the projection anew from the log)")
+        self.path = path
+        self.status = status
 
 
 def _cf_options(bloom: bool) -> Options:
@@ -72,7 +84,8 @@ def open_partition(path: Path, mode: Mode, secondary_path: str | None = None,
 
     rocksdict raises bare ``Exception`` for every RocksDB status; opens are retried a few
     times (a read-only open can race the primary's file rotation) and then reported as
-    :class:`BackendUnavailable`.
+    :class:`BackendUnavailable`, suggesting ``effectlog rebuild`` where the database is
+    damaged rather than out of reach.
     """
     options = {name: _cf_options(name == STATE)
                for name in (COLUMN_FAMILIES if mode == "write" else families)}
@@ -85,6 +98,8 @@ def open_partition(path: Path, mode: Mode, secondary_path: str | None = None,
     last = ""
     for attempt in range(_OPEN_RETRIES):
         try:
+            if mode == "read_only":
+                return _open_read_only(path, options, access)
             return Rdict(str(path), _db_options(mode), column_families=options, access_type=access)
         except Exception as exc:  # rocksdict's only error type
             last = str(exc)
@@ -92,7 +107,47 @@ def open_partition(path: Path, mode: Mode, secondary_path: str | None = None,
                 raise ProjectionLocked(f"projection {path} is locked by another projector: "
                                        f"{last}") from None
             time.sleep(0.02 * (attempt + 1))
-    raise BackendUnavailable(f"cannot open projection {path}: {last}")
+    if any(cause in last for cause in _OUT_OF_REACH):
+        raise BackendUnavailable(f"cannot open projection {path}: {last}")
+    raise ProjectionDamaged(path, last)
+
+
+#: RocksDB statuses that say the files are out of reach rather than damaged.
+_OUT_OF_REACH = ("Permission denied", "No space left", "Read-only file system",
+                 "Too many open files")
+
+
+def _open_read_only(path: Path, options: dict[str, Options], access: AccessType) -> Rdict:
+    """A read-only open that writes nothing under ``path``.
+
+    rocksdict (up to 0.3.29 at least) rewrites ``rocksdict-config.json`` in the directory it
+    opens, whatever the access type; a read-only open would then fail on a read-only
+    projection and change its files. So RocksDB opens a private scratch directory of
+    symlinks to the partition's files instead (rocksdict's file lands there), which is
+    removed once the database is open: with ``max_open_files=-1`` a read-only instance
+    opens every table file at once and never reads CURRENT, the MANIFEST or the WAL again.
+    Where no scratch directory can be made, the partition is opened in place.
+    """
+    import shutil
+    import tempfile
+
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="effectlog-read-"))
+    except OSError:
+        return Rdict(str(path), _db_options("read_only"), column_families=options,
+                     access_type=access)
+    try:
+        for name in os.listdir(path):
+            if name not in _NOT_LINKED and not name.startswith("LOG"):
+                os.symlink(path.absolute() / name, scratch / name)
+        return Rdict(str(scratch), _db_options("read_only"), column_families=options,
+                     access_type=access)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: Files of a partition a read-only instance never reads (its info LOG files aside).
+_NOT_LINKED = frozenset({"LOCK", "rocksdict-config.json"})
 
 
 class PartitionDB:

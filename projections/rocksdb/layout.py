@@ -7,16 +7,25 @@ which holds ``p-<N>/`` (one RocksDB per partition of the events topic). A rebuil
 opened before keep the old one, which is kept until the next rebuild. ``PARTITIONS`` in a
 generation records how many partitions the events topic has, so a reader can compute a
 key's partition even where only some partitions are stored (a member of a cluster).
+
+Only a projection is ever taken over, moved or removed (:func:`check_state_dir`): the state
+directory must be missing, empty, one of our symlinks (``<name>.gen-<digits>``), or a
+directory holding nothing but what a generation holds: ``PARTITIONS`` and ``p-<N>/``
+RocksDB directories (each empty or holding RocksDB's ``CURRENT``, ``IDENTITY``, ``LOCK`` or
+``LOG`` file). Anything else (a regular file, a directory of other files) is refused before
+anything is written, and pruning removes only siblings named and shaped like a generation.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import stat
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from effectlog.errors import BackendUnavailable
+from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.private_fs import make_private_dirs
 
 if TYPE_CHECKING:
@@ -33,13 +42,82 @@ def _logger() -> logging.Logger:
 _GEN = ".gen-"
 _NEW = ".new-"
 _PARTITIONS = "PARTITIONS"
+_OWN_FILE = re.compile(r"PARTITIONS|\.PARTITIONS\.\d+")  # the count and its scratch copy
+_PARTITION_DIR = re.compile(r"p-\d+")
+#: Files RocksDB makes in a database's directory (LOCK and LOG first, while it creates one).
+_ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK", "LOG")
+
+
+class NotAProjection(InvalidInput):
+    """``--state`` names something other than an effectlog projection (exit 2)."""
+
+
+def check_state_dir(state_dir: str | os.PathLike[str]) -> None:
+    """Raise :class:`NotAProjection` when ``state_dir`` exists and is not a projection of
+    ours (see the module's docstring); a missing path or an empty directory passes."""
+    path = Path(state_dir)
+    reason = _not_ours(path)
+    if reason is not None:
+        raise NotAProjection(f"--state {path} is not an effectlog projection ({reason}): "
+                             "point --state at a new or empty directory")
+
+
+def _not_ours(path: Path) -> str | None:
+    """Why ``path`` is not a projection effectlog may use, or None when it is one (or is
+    missing, or an empty directory)."""
+    try:
+        mode = path.lstat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(mode):
+        if _is_generation_name(path, os.readlink(path)):
+            return None
+        try:
+            mode = path.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return f"a symlink to {os.readlink(path)}, which does not exist"
+    if not stat.S_ISDIR(mode):
+        return "a file, not a directory" if stat.S_ISREG(mode) else "not a directory"
+    stray = _foreign_entries(path)
+    if not stray:
+        return None
+    shown = ", ".join(sorted(stray)[:3]) + (f" and {len(stray) - 3} more" if len(stray) > 3 else "")
+    return f"it holds {shown}, which a projection never does"
+
+
+def _is_generation_name(path: Path, name: str) -> bool:
+    """Whether ``name`` is how this module names a sibling generation of ``path``."""
+    prefix = f"{path.name}{_GEN}"
+    return name.startswith(prefix) and name[len(prefix):].isdigit()
+
+
+def _foreign_entries(directory: Path) -> list[str]:
+    """Entries of ``directory`` that no projection generation holds."""
+    stray = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if _OWN_FILE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                continue
+            if _PARTITION_DIR.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False) \
+                    and _rocksdb_dir(Path(entry.path)):
+                continue
+            stray.append(entry.name)
+    return stray
+
+
+def _rocksdb_dir(directory: Path) -> bool:
+    """A partition's directory: empty (its writer not opened yet) or a RocksDB's."""
+    names = os.listdir(directory)
+    return not names or any(marker in names for marker in _ROCKSDB_MARKERS)
 
 
 def current_generation(state_dir: str | os.PathLike[str]) -> Path | None:
     """The directory the projection currently lives in, or None when there is none yet.
 
     A plain directory at ``state_dir`` (not a symlink) is accepted as a single generation.
+    Raises :class:`NotAProjection` for anything at ``state_dir`` that is not a projection.
     """
+    check_state_dir(state_dir)
     path = Path(state_dir)
     if path.is_symlink():
         target = path.resolve()
@@ -67,6 +145,7 @@ def ensure_generation(state_dir: str | os.PathLike[str]) -> Path:
 
 def new_build_dir(state_dir: str | os.PathLike[str]) -> Path:
     """A fresh, empty ``<state_dir>.new-<ms>`` directory for a rebuild."""
+    check_state_dir(state_dir)
     return _fresh_sibling(Path(state_dir), _NEW)
 
 
@@ -78,6 +157,7 @@ def hold(state_dir: str | os.PathLike[str], holder: str) -> IO[str]:
     naming its holder."""
     import fcntl
 
+    check_state_dir(state_dir)  # before the lock's directory is made beside it
     path = Path(state_dir)
     lock = path.with_name(f"{path.name}.consumers") / "node.lock"
     make_private_dirs(lock.parent)
@@ -113,8 +193,10 @@ def swap_in(state_dir: str | os.PathLike[str], built: Path) -> Path:
 
     The generation before the previous one, and abandoned ``.new-`` builds, are removed.
     """
+    check_state_dir(state_dir)
     path = Path(state_dir)
-    final = built.with_name(built.name.replace(_NEW, _GEN, 1))
+    stamp = built.name[len(path.name) + len(_NEW):]
+    final = _sibling(path, _GEN, int(stamp) if stamp.isdigit() else None)  # a name still free
     os.rename(built, final)
     previous = current_generation(path)
     if path.exists() and not path.is_symlink():  # legacy plain directory: move it aside
@@ -180,21 +262,40 @@ def _fresh_sibling(path: Path, marker: str) -> Path:
         return candidate
 
 
-def _sibling(path: Path, marker: str) -> Path:
-    stamp = int(time.time() * 1000)
+def _sibling(path: Path, marker: str, stamp: int | None = None) -> Path:
+    """``<path><marker><ms>`` for the first millisecond from ``stamp`` (default: now) whose
+    name is free."""
+    if stamp is None:
+        stamp = int(time.time() * 1000)
     while True:
         candidate = path.with_name(f"{path.name}{marker}{stamp}")
-        if not candidate.exists():
+        if not os.path.lexists(candidate):
             return candidate
         stamp += 1
 
 
 def _prune(path: Path, keep: set[Path | None]) -> None:
+    """Remove the siblings of ``path`` that are generations or builds this module made
+    (named ``<name>.gen-<digits>`` or ``<name>.new-<digits>``, real directories holding only
+    what a generation holds), except those in ``keep``. Anything else is left alone."""
     import shutil
 
     kept = {p.resolve() for p in keep if p is not None}
-    for marker in (_GEN, _NEW):
-        for old in path.parent.glob(f"{path.name}{marker}*"):
-            if old.resolve() not in kept and old.is_dir():
-                _logger().info("removing old projection generation %s", old)
-                shutil.rmtree(old, ignore_errors=True)
+    prefixes = (f"{path.name}{_GEN}", f"{path.name}{_NEW}")
+    for old in path.parent.iterdir():
+        prefix = next((p for p in prefixes if old.name.startswith(p)), None)
+        if prefix is None or not old.name[len(prefix):].isdigit() or old.resolve() in kept:
+            continue
+        if not _generation_dir(old):
+            _logger().warning("not removing %s: it is not a projection generation", old)
+            continue
+        _logger().info("removing old projection generation %s", old)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _generation_dir(path: Path) -> bool:
+    """Whether ``path`` is a real directory holding only what a generation holds."""
+    try:
+        return not path.is_symlink() and path.is_dir() and not _foreign_entries(path)
+    except OSError:  # unreadable: not known to be ours
+        return False
