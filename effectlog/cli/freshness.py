@@ -23,11 +23,13 @@ if TYPE_CHECKING:
 
 _SQLITE = "sqlite:///"
 _EVENTS_TABLE = "events"  # the SQLite log's table of the events topic (effectlog.log.sqlite)
+_META_TABLE = "meta"  # where it keeps its identity
 
 
-def sqlite_log_end(log_url: str) -> int | None:
-    """The end offset of the events topic of the SQLite log at ``log_url`` (records so far),
-    or None when the URL is not a SQLite one or no readable log is there.
+def sqlite_log_end(log_url: str) -> tuple[int, str | None] | None:
+    """The end offset of the events topic of the SQLite log at ``log_url`` (records so far)
+    and the log's identity, or None when the URL is not a SQLite one or no readable log is
+    there.
 
     Opened read-only; where no write-ahead log exists (no writer has the file open) also
     ``immutable``, so that not even SQLite's ``-wal``/``-shm`` files are created.
@@ -47,18 +49,46 @@ def sqlite_log_end(log_url: str) -> int | None:
         db = sqlite.connect(f"file:{quote(os.path.abspath(path))}?{flags}", uri=True)
         try:
             row = db.execute(f"SELECT MAX(rowid) FROM {_EVENTS_TABLE}").fetchone()
+            try:
+                ident = db.execute(f"SELECT value FROM {_META_TABLE} "
+                                   "WHERE name = 'log_id'").fetchone()
+            except sqlite.Error:  # a log from before identities
+                ident = None
         finally:
             db.close()
     except sqlite.Error:
         return None
-    return int(row[0] or 0)
+    return int(row[0] or 0), None if ident is None else str(ident[0])
 
 
-def lag(log_url: str, next_offsets: dict[int, int]) -> int | None:
-    """Events in the SQLite log not yet projected (negative: the log is shorter than the
-    projection), or None when that cannot be told cheaply (not a SQLite log, no log)."""
-    end = sqlite_log_end(log_url)
-    return None if end is None else end - next_offsets.get(0, 0)
+def lag(log_url: str, next_offsets: dict[int, int], log_ids: dict[int, str | None],
+        where: str) -> int | None:
+    """Events in the log not yet projected, or None when that cannot be told cheaply (not a
+    SQLite log). Raises :class:`WrongLog` when the SQLite log is gone, is another log than
+    the projection was built from (``log_ids``), or ends before it (exit 4, as every command
+    that opens the log says), and :class:`InvalidInput` for a URL no backend takes."""
+    from effectlog.errors import WrongLog
+
+    if not log_url.startswith(_SQLITE):
+        from effectlog.log import check_log_url
+
+        check_log_url(log_url)
+        return None
+    found = sqlite_log_end(log_url)
+    built = ", ".join(sorted({i for i in log_ids.values() if i})) or "another log"
+    if found is None:
+        raise WrongLog(f"no readable sqlite log at {log_url[len(_SQLITE):]}, but {where} was "
+                       f"built from log {built}: {WrongLog.HINT}")
+    end, identity = found
+    if identity is not None and any(i not in (None, identity) for i in log_ids.values()):
+        raise WrongLog(f"{where} was built from log {built}, but {log_url} is log "
+                       f"{identity}: {WrongLog.HINT}")
+    applied = next_offsets.get(0, 0)
+    if end < applied:
+        raise WrongLog(f"{log_url} ends at offset {end} of partition 0, but {where} has "
+                       f"applied it up to offset {applied}: the log was truncated, replaced "
+                       f"or restored from an older copy; {WrongLog.HINT}")
+    return end - applied
 
 
 def catch_up(obj: CliContext, applied: int, end: int) -> None:

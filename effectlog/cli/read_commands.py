@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -53,13 +54,18 @@ def _fresh_reader(obj: CliContext, families: tuple[str, ...],
     (see :mod:`effectlog.cli.freshness`); ``catch_up=False`` reads it as it is."""
     if not catch_up:
         return _reader(obj, families)
-    reader = _reader(obj, tuple(dict.fromkeys((*families, "state", "offsets"))))
+    reader = _reader(obj, tuple(dict.fromkeys((*families, "state", "offsets", "metadata"))))
     if not reader.exists:
         return reader
     from effectlog.cli import freshness
 
     nexts = reader.next_offsets()
-    missing = freshness.lag(obj.log_url, nexts)
+    where = f"the state under {Path(obj.state_dir).absolute()}"
+    try:
+        missing = freshness.lag(obj.log_url, nexts, reader.log_ids(), where)
+    except BaseException:
+        reader.close()
+        raise
     if missing is None or missing <= 0:
         return reader
     reader.close()

@@ -6,7 +6,20 @@ from effectlog.errors import InvalidInput, LogMissing
 from effectlog.log.base import COMMANDS, EVENTS, TOPICS, EventLog, Position, Record
 
 __all__ = ["COMMANDS", "EVENTS", "TOPICS", "EventLog", "LogMissing", "Position", "Record",
-           "open_log"]
+           "check_log_url", "open_log"]
+
+_SCHEMES = ("memory", "sqlite", "kafka", "kafka+ssl", "kafka+sasl")
+
+
+def check_log_url(url: str) -> None:
+    """Raise :class:`InvalidInput` unless a backend takes ``url``'s scheme (opens nothing)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in _SCHEMES:
+        from effectlog.redact import redact_url
+        from effectlog.text import shorten
+
+        raise InvalidInput(f"unsupported log URL {shorten(redact_url(url))}: use memory://, "
+                           "sqlite:///path or kafka://host:port")
 
 
 def open_log(url: str, *, create: bool = True) -> EventLog:
@@ -25,14 +38,9 @@ def open_log(url: str, *, create: bool = True) -> EventLog:
         from effectlog.log.sqlite import SqliteLog
 
         return SqliteLog.from_url(url, create=create)
-    if scheme in ("kafka", "kafka+ssl", "kafka+sasl"):
-        from effectlog.log.kafka import KafkaLog, KafkaSettings
-        from effectlog.log.security import check_client_security
+    check_log_url(url)
+    from effectlog.log.kafka import KafkaLog, KafkaSettings
+    from effectlog.log.security import check_client_security
 
-        check_client_security(KafkaSettings.from_url(url).client_config())
-        return KafkaLog.from_url(url)
-    from effectlog.redact import redact_url
-    from effectlog.text import shorten
-
-    raise InvalidInput(f"unsupported log URL {shorten(redact_url(url))}: use memory://, sqlite:///path "
-                       "or kafka://host:port")
+    check_client_security(KafkaSettings.from_url(url).client_config())
+    return KafkaLog.from_url(url)

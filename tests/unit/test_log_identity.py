@@ -145,6 +145,9 @@ COMMANDS_USING_STATE = [
     ("reconcile", "--once", "--provider", "fake:///{tmp}/provider.db"),
     ("approve", "agent:op-1:email.send:mailto:a@example.com", "--decision", "retry", "--by",
      "ops", "--reason", "checked"),
+    # the reads that catch the projection up with the log check it first, too
+    ("get", "agent:op-1:email.send:mailto:a@example.com"), ("list",),
+    ("expire", "--dry-run", "--older-than", "1s"),
 ]
 
 
@@ -171,13 +174,21 @@ def test_a_replaced_log_is_refused_with_exit_4_and_nothing_is_written(built: Pat
     assert tree(built) == before
 
 
-def test_a_shorter_log_is_refused_by_project(built: Path) -> None:
+@pytest.mark.parametrize("args", [("project", "--once"), ("list",),
+                                  ("get", "agent:op-1:email.send:mailto:a@example.com")])
+def test_a_shorter_log_is_refused(built: Path, args: tuple[str, ...]) -> None:
     db = sqlite3.connect(built / "log.db")
     db.execute("DELETE FROM events WHERE rid > 1")
     db.commit()
     db.close()
-    done = cli(built, "project", "--once")
+    done = cli(built, *args)
     assert done.returncode == 4 and "ends at offset 1 of partition 0" in done.stderr
+
+
+def test_reads_of_an_unsupported_log_url_are_bad_input(built: Path) -> None:
+    for args in (("get", "agent:op-1:email.send:mailto:a@example.com"), ("list",)):
+        done = cli(built, *args, log="nosuch://x")
+        assert done.returncode == 2 and "unsupported log URL" in done.stderr, done.stderr
 
 
 def test_append_creates_a_log_only_where_no_state_claims_one(built: Path) -> None:
