@@ -92,6 +92,10 @@ class ProjectionReader(ABC):
     def next_offsets(self) -> dict[int, int]:
         """Per partition of the events topic: the next offset the projector will apply."""
 
+    def log_ids(self) -> dict[int, str | None]:
+        """Per partition: the identity of the log it was projected from (None: unknown)."""
+        return {}
+
     @abstractmethod
     def counts(self) -> dict[str, int]:
         """Number of effects per state name, and of rejected events per reason

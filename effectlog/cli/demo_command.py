@@ -51,6 +51,7 @@ def demo(ctx: click.Context, workers: int, operations: int, crash_rate: float, s
     from effectlog.cli.demo.report import print_table
     from effectlog.cli.demo.run import DemoSettings, prepare, run_demo
     from effectlog.cli.demo.workload import WorkloadSettings
+    from effectlog.cli.formatting import stdout_console
 
     obj: CliContext = ctx.obj
     log_url = obj.log_url if _explicit(ctx, "log_url") else DEMO_LOG
@@ -82,7 +83,7 @@ def demo(ctx: click.Context, workers: int, operations: int, crash_rate: float, s
                    "settings": {"workers": workers, "operations": operations,
                                 "crash_rate": crash_rate, "seed": seed}})
     else:
-        print_table(Console(), result.effectlog, result.naive, result.awaiting,
+        print_table(stdout_console(), result.effectlog, result.naive, result.awaiting,
                     f"effectlog --log {paths.log_url} --state {paths.state_dir}")
     problems = []
     if result.effectlog.duplicate_effects:

@@ -49,7 +49,8 @@ def fast_get_json(argv: list[str]) -> int | None:
         from projections import open_reader
 
         reader = open_reader(options["--state"],
-                             families=("state", "offsets") if catch_up else ("state",))
+                             families=("state", "offsets", "metadata") if catch_up
+                             else ("state",))
         try:
             if catch_up and log_url.startswith("sqlite:") and _behind(log_url, reader):
                 return None  # the full CLI catches the projection up first
@@ -77,10 +78,11 @@ def _exit_now(code: int) -> None:
 
 
 def _behind(log_url: str, reader: ProjectionReader) -> bool:
-    """Whether the projection differs from the SQLite log's end (or that is unknown)."""
+    """Whether the projection differs from the SQLite log's end (or that is unknown);
+    raises where the log is not the one it was built from (the full CLI says so)."""
     from effectlog.cli.freshness import lag
 
-    return lag(log_url, reader.next_offsets()) != 0
+    return lag(log_url, reader.next_offsets(), reader.log_ids(), "the projection") != 0
 
 
 if __name__ == "__main__":

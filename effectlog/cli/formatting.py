@@ -4,7 +4,10 @@ that use the terminal's width and never cut the columns people copy (keys)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: Snapshot fields that hold epoch milliseconds (shown as ISO-8601 UTC in tables).
 TIME_FIELDS = frozenset({"created_at", "occurred_at", "logged_at", "at"})
@@ -70,7 +73,6 @@ def print_table(title: str | None, columns: list[str], rows: list[list[Any]], *,
     terminal wraps its lines), rather than eliding anything, so whatever is shown can be
     copied and pasted."""
     from rich.cells import cell_len
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -92,9 +94,9 @@ def print_table(title: str | None, columns: list[str], rows: list[list[Any]], *,
             needed += max(cell_len(text) for text in texts) + 2
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))
-    console = Console(highlight=False)
+    console = stdout_console()
     if needed > console.width:  # wider than the terminal: no rules for it to wrap as well
-        console = Console(highlight=False, width=needed)
+        console = stdout_console(width=needed)
         table.box = None
     if title:
         console.print(Text(printable(title)), soft_wrap=True)
@@ -102,3 +104,16 @@ def print_table(title: str | None, columns: list[str], rows: list[list[Any]], *,
 
 
 _FOLD_MIN = 30  # a free-text column is folded no narrower than this
+
+
+def stdout_console(width: int | None = None) -> Console:
+    """rich's console on stdout, except that a closed pipe (``| head``) ends the command as
+    every other output does (SIGPIPE, status 141; see
+    :func:`effectlog.cli.context.run_guarded`), not with rich's own quiet exit 1."""
+    from rich.console import Console
+
+    class Stdout(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return Stdout(highlight=False, width=width)

@@ -39,9 +39,9 @@ class ConditionalWrites:
             last = yield from ask(Fold(key))
         state = last[0]
         try:  # the rules, on the state the append is conditional on, event after event
-            for event in events:
-                check(state, event)
-                state = event
+            for proposed in events:
+                check(state, proposed)
+                state = proposed
         except Conflict as exc:
             raise Refused(key, last[0], str(exc)) from None
         positions = yield from ask(AppendAfter(key, data, last[1]))

@@ -101,12 +101,16 @@ def test_stdout_on_a_full_device_exits_4(projected: Path) -> None:
     one_line(done, 4, "No space left on device")
 
 
-def test_a_closed_pipe_ends_quietly_by_sigpipe_as_unix_tools_do(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["replay", "list", "stats", "history " + KEY])
+def test_a_closed_pipe_ends_quietly_by_sigpipe_as_unix_tools_do(tmp_path: Path,
+                                                                  command: str) -> None:
+    """Lines and tables alike (rich's console would end a table quietly with status 1)."""
     write_effects(f"sqlite:///{tmp_path}/log.db", 300)
-    shell = (f"{EFFECTLOG} --log sqlite:///{tmp_path}/log.db replay 2>{tmp_path}/err "
-             "| head -c 10 >/dev/null; exit ${PIPESTATUS[0]}")
+    project(open_log(f"sqlite:///{tmp_path}/log.db"), tmp_path / "state")
+    shell = (f"{EFFECTLOG} --log sqlite:///{tmp_path}/log.db --state {tmp_path}/state "
+             f"{command} 2>{tmp_path}/err | head -c 10 >/dev/null; exit ${{PIPESTATUS[0]}}")
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 128 + 13  # SIGPIPE, like `cat big | head`
+    assert done.returncode == 128 + 13, (tmp_path / "err").read_text()  # like `cat big | head`
     assert (tmp_path / "err").read_text() == ""
 
 

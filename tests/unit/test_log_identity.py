@@ -147,6 +147,7 @@ COMMANDS_USING_STATE = [
      "ops", "--reason", "checked"),
     # the reads that catch the projection up with the log check it first, too
     ("get", "agent:op-1:email.send:mailto:a@example.com"), ("list",),
+    ("get", "agent:op-1:email.send:mailto:a@example.com", "--json"),  # the fast path
     ("expire", "--dry-run", "--older-than", "1s"),
 ]
 
