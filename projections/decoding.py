@@ -127,6 +127,34 @@ class ProcessDecoder:
         self._results.close()
 
 
+class Decoders:
+    """Which decoder takes a batch: the helper process for big batches (``choice`` "auto",
+    from ``process_min`` records; "process": always), else this process; once the helper
+    failed, this process for good."""
+
+    def __init__(self, choice: str, process_min: int) -> None:
+        self.choice = choice
+        self.process_min = process_min
+        self.inline = InlineDecoder()
+        self._helper: ProcessDecoder | None = None
+        self._helper_failed = False
+
+    def for_batch(self, size: int) -> InlineDecoder | ProcessDecoder:
+        if self.choice == "inline" or self._helper_failed or (
+                self.choice == "auto" and size < self.process_min):
+            return self.inline
+        if self._helper is None:
+            self._helper = ProcessDecoder()
+        return self._helper
+
+    def drop_helper(self, failed: bool) -> None:
+        """Stop the helper (``failed``: never start another one)."""
+        if self._helper is not None:
+            self._helper.close()
+            self._helper = None
+        self._helper_failed = self._helper_failed or failed
+
+
 def serve(requests: Connection, results: Connection) -> None:
     """Helper process body: decode each request until the projector goes away."""
     while True:

@@ -35,7 +35,7 @@ from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.source import LogSource, RecordSource
 from projections.compaction_guard import CompactionGuard, HaltCallback
-from projections.decoding import InlineDecoder, ProcessDecoder
+from projections.decoding import Decoders, InlineDecoder, ProcessDecoder
 from projections.restore import starting_writer
 from projections.settings import (
     AppliedCallback,
@@ -99,9 +99,7 @@ class Projector:
         self._reached: dict[int, int] = {}  # the source passed these offsets: no records below
         self._source: RecordSource | None = None
         self._inflight: deque[_InFlight] = deque()
-        self._inline = InlineDecoder()
-        self._helper: ProcessDecoder | None = None
-        self._helper_failed = False
+        self._decoders = Decoders(self.settings.decoder, self.settings.process_decode_min)
 
     # -- assignment (effectlog.log.source.AssignmentListener) ----------------------------
 
@@ -150,7 +148,7 @@ class Projector:
     def close(self) -> None:
         self.revoked(sorted(self._writers))
         self.store.close()
-        self._drop_helper(failed=False)
+        self._decoders.drop_helper(failed=False)
 
     def __enter__(self) -> Projector:
         self.open()
@@ -204,10 +202,10 @@ class Projector:
         try:
             decoded = batch.decoder.receive()
         except BackendUnavailable as exc:
-            if batch.decoder is self._inline:
+            if batch.decoder is self._decoders.inline:
                 raise
             logger.warning("%s; decoding in this process from now on", exc)
-            self._drop_helper(failed=True)
+            self._decoders.drop_helper(failed=True)
             self._reset_pipeline()
             return 0
         writer = self._writers.get(batch.partition)
@@ -293,7 +291,7 @@ class Projector:
             start = self._cursors.get(partition)
             if start is None or not records or records[-1].offset < start:
                 continue  # not ours (any more), read before, or halted
-            decoder = self._decoder_for(len(records))
+            decoder = self._decoders.for_batch(len(records))
             decoder.send([r.value for r in records])
             self._inflight.append(_InFlight(partition, start, records, decoder))
             self._cursors[partition] = records[-1].offset + 1
@@ -327,23 +325,14 @@ class Projector:
             try:
                 decoded = batch.decoder.receive()
             except BackendUnavailable:  # the helper died: start afresh if it is needed again
-                self._drop_helper(failed=False)
+                self._decoders.drop_helper(failed=False)
                 self._reset_pipeline()
                 return
             writer = self._writers.get(batch.partition)
             if batch.partition in discard or writer is None or batch.start != writer.next_offset:
                 continue
             self._advance(batch.partition, writer.apply(batch.records, decoded).next_offset)
-        self._inline.close()
-
-    def _decoder_for(self, size: int) -> InlineDecoder | ProcessDecoder:
-        choice = self.settings.decoder
-        if choice == "inline" or self._helper_failed or (
-                choice == "auto" and size < self.settings.process_decode_min):
-            return self._inline
-        if self._helper is None:
-            self._helper = ProcessDecoder()
-        return self._helper
+        self._decoders.inline.close()
 
     def _reset_pipeline(self) -> None:
         """Forget everything in flight; reading starts again at the stored offsets."""
@@ -351,20 +340,14 @@ class Projector:
             while self._inflight:
                 self._inflight.popleft().decoder.receive()
         except BackendUnavailable:
-            self._drop_helper(failed=False)
+            self._decoders.drop_helper(failed=False)
         self._inflight.clear()
-        self._inline.close()
+        self._decoders.inline.close()
         self._reached.clear()
         for partition, writer in self._writers.items():
             self._cursors[partition] = writer.next_offset
             if self._source is not None:
                 self._source.seek(partition, writer.next_offset)
-
-    def _drop_helper(self, failed: bool) -> None:
-        if self._helper is not None:
-            self._helper.close()
-            self._helper = None
-        self._helper_failed = self._helper_failed or failed
 
     def _static(self) -> list[int]:
         if self.partitions is not None:

@@ -106,7 +106,7 @@ def test_list_is_a_range_scan_over_the_index(projected: Path,
 
     monkeypatch.setattr(read_commands, "_reader", counting_reader)
     result = CliRunner().invoke(cli, ["--state", str(projected / "state"), "list",
-                                      "--state", "RESERVED", "--json"])
+                                      "--state", "RESERVED", "--json", "--no-catch-up"])
     assert result.exit_code == 0, result.output
     listed = json.loads(result.output)
     assert len(listed) == 3  # the three rejected-sample effects, held at RESERVED by w2
