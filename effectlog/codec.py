@@ -102,6 +102,11 @@ class Codec:
         buffer.write(self.fingerprint)
         try:
             fastavro.schemaless_writer(buffer, self.schema, record)
+        except OverflowError as exc:  # an int beyond Avro's 64-bit long
+            names = [name for name, value in record.items() if isinstance(value, int)
+                     and not -2**63 <= value < 2**63] or ["a number"]
+            raise CodecError(f"record does not fit schema {self.name}: {', '.join(names)} "
+                             "out of the 64-bit range") from exc
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise CodecError(f"record does not fit schema {self.name}: {exc}") from exc
         return buffer.getvalue()

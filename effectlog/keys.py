@@ -10,6 +10,9 @@ from typing import Any
 from effectlog.errors import InvalidInput
 
 MAX_KEY_BYTES = 512
+#: The highest fencing epoch a writer may give: 2**53 - 1, exact in every JSON reader, and far
+#: below the log's 64-bit field, so every epoch+1 the system claims after it still fits.
+MAX_FENCING_EPOCH = 2**53 - 1
 _OPERATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -72,14 +75,26 @@ def split_key(key: str) -> tuple[str, str, str]:
     return operation_id, kind, target
 
 
+def validate_fencing_epoch(epoch: object) -> int:
+    """A fencing epoch a writer gives: an integer from 0 to :data:`MAX_FENCING_EPOCH`."""
+    if not isinstance(epoch, int) or isinstance(epoch, bool) \
+            or not 0 <= epoch <= MAX_FENCING_EPOCH:
+        raise InvalidInput(f"fencing_epoch must be an integer from 0 to {MAX_FENCING_EPOCH}")
+    return epoch
+
+
 def canonical_payload(payload: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, no spaces, UTF-8, no NaN."""
     try:
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"payload is not canonical JSON: {exc}") from exc
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800" (JSON allows it)
+        bad = text[exc.start:exc.end].encode("unicode_escape").decode("ascii")
+        raise InvalidInput(f"payload is not valid Unicode: lone surrogate {bad}") from None
 
 
 def payload_hash(payload: Any) -> str:

@@ -19,7 +19,7 @@ from effectlog.errors import (
     NotSettled,
     PayloadMismatch,
 )
-from effectlog.keys import canonical_payload, make_key
+from effectlog.keys import MAX_FENCING_EPOCH, canonical_payload, make_key
 from effectlog.model import (
     Approval,
     Decision,
@@ -35,7 +35,8 @@ S, T = State, Transition
 #: The version of the rules below. Raise it with any change that could judge a record of an
 #: existing log differently: a judge (``effectlog serve``) refuses to judge the writes of a
 #: writer whose rules version differs (see :mod:`effectlog.judge.premises`).
-RULES_VERSION = 2  # 2: one DISPATCH per claim (a DISPATCH from DISPATCHED/UNKNOWN needs a CLAIM)
+RULES_VERSION = 2  # 2: one DISPATCH per claim (a DISPATCH from DISPATCHED/UNKNOWN needs a
+#                     CLAIM); epochs up to MAX_FENCING_EPOCH (a claim above it would overflow)
 _RECORDED = frozenset({S.SUCCEEDED, S.FAILED})
 
 #: (state before, transition) -> states allowed after. ``None`` is "no event yet".
@@ -147,6 +148,9 @@ def _check_details(current: EffectEvent | None, event: EffectEvent) -> None:
 
 
 def _check_epoch(current: EffectEvent | None, event: EffectEvent) -> None:
+    if event.fencing_epoch > MAX_FENCING_EPOCH:
+        raise IllegalTransition(f"epoch {event.fencing_epoch} of {event.idempotency_key} is "
+                                f"above the highest one, {MAX_FENCING_EPOCH}")
     if current is None:
         return
     if event.transition in CLAIMING:

@@ -9,6 +9,7 @@ an entry: the merged page stops where the least advanced source stopped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
@@ -20,6 +21,9 @@ from projections.store import Cursor, ProjectionReader, cursor_of
 SCAN_BUDGET = 5000
 #: The most effects one page may ask for: the CLI's ``list --limit`` and the HTTP API agree.
 MAX_LIMIT = 10_000
+#: A cursor's time (ms) is a signed 64-bit log timestamp.
+MAX_CURSOR_MS = 2**63 - 1
+_MS = re.compile(r"[0-9]{1,19}")
 
 
 class Page(NamedTuple):
@@ -89,11 +93,17 @@ def format_cursor(cursor: Cursor) -> str:
 
 
 def parse_cursor(text: str) -> Cursor:
-    """The cursor :func:`format_cursor` wrote; :class:`InvalidInput` for anything else."""
+    """The cursor :func:`format_cursor` wrote; :class:`InvalidInput` for anything else
+    (MS is 0 to 2**63-1 in ASCII digits, KEY percent-encoded UTF-8)."""
     ms, sep, key = text.partition(":")
-    if not sep or not ms.isdigit() or not key:
-        raise InvalidInput(f"a cursor is MS:KEY, not {text[:80]!r}")
-    return int(ms), unquote(key)
+    if not sep or not _MS.fullmatch(ms) or int(ms) > MAX_CURSOR_MS or not key:
+        raise InvalidInput(f"a cursor is MS:KEY (MS up to {MAX_CURSOR_MS}), not {text[:80]!r}")
+    try:
+        decoded = unquote(key, errors="strict")
+        decoded.encode("utf-8")
+    except UnicodeError:  # percent-escapes that are not UTF-8, or a lone surrogate
+        raise InvalidInput(f"a cursor's key is percent-encoded UTF-8, not {text[:80]!r}") from None
+    return int(ms), decoded
 
 
 def page_of(items: Sequence[dict[str, Any]], next_text: str | None) -> Page:

@@ -66,13 +66,17 @@ class Users:
     def __init__(self, entries: dict[str, _Entry]) -> None:
         self._entries = entries
 
+    @staticmethod
+    def read(path: str | os.PathLike[str]) -> str:
+        try:
+            return Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise InvalidInput(f"cannot read the console users file {path}: {why}") from None
+
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Users:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidInput(f"cannot read the console users file {path}: "
-                               f"{exc.strerror}") from None
+        text = cls.read(path)
         entries: dict[str, _Entry] = {}
         for number, raw in enumerate(text.splitlines(), 1):
             line = raw.strip()
@@ -107,12 +111,16 @@ class Users:
 
 def add_user(path: str | os.PathLike[str], name: str, password: str) -> bool:
     """Add ``name`` to the file (created 0600), replacing an earlier line of the same name;
-    True when it replaced one."""
+    True when it replaced one. A file that is not a users file is refused (InvalidInput),
+    never rewritten."""
     line = hash_line(name, password)
     target = Path(path)
     kept, replaced = [], False
     if target.exists():
-        for raw in target.read_text(encoding="utf-8").splitlines():
+        text = Users.read(target)
+        if any(row.strip() and not row.strip().startswith("#") for row in text.splitlines()):
+            Users.load(target)  # every line a user's, or nothing is written
+        for raw in text.splitlines():
             if raw.split(":", 1)[0] == name:
                 replaced = True
             else:

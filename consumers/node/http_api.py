@@ -44,6 +44,7 @@ from consumers.node.stale_reads import STALE, STANDBY
 from effectlog.errors import EffectlogError, InvalidInput
 from effectlog.judge.premises import worker_fingerprint
 from effectlog.judge.query import Answer, Query
+from effectlog.keys import validate_key
 from effectlog.metrics import CONTENT_TYPE_LATEST
 from effectlog.redact import redact_url
 from effectlog.stats import STATES, stats_figures
@@ -141,6 +142,7 @@ class _Api:
             min_offset = _int(query, "min_offset", 0, 2**63 - 1)
             timeout_ms = _int(query, "timeout_ms", 0, MAX_TIMEOUT_MS) or DEFAULT_TIMEOUT_MS
             fresh = _flag(query, "fresh")
+            validate_key(key)  # a malformed key is the asker's error (400), not unknown (404)
         except InvalidInput as exc:
             return _error(400, str(exc))
         if _flag(query, STANDBY) and FORWARDED in request.headers:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib
 
-from effectlog.errors import InvalidInput
-from effectlog.provider import Provider
+from effectlog.errors import BackendUnavailable, InvalidInput
+from effectlog.provider import Provider, ProviderTimeout, ProviderUnavailable
 
 __all__ = ["load_provider"]
 
@@ -39,7 +39,11 @@ def load_provider(spec: str) -> Provider:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise InvalidInput(f"cannot load provider {spec!r}: {exc}") from exc
-    provider = factory() if callable(factory) and not isinstance(factory, Provider) else factory
+    try:
+        provider = factory() if callable(factory) and not isinstance(factory, Provider) \
+            else factory
+    except (ProviderUnavailable, ProviderTimeout) as exc:  # at start: an outage (exit 4)
+        raise BackendUnavailable(f"provider {spec} unreachable: {exc}") from None
     if not isinstance(provider, Provider):
         raise InvalidInput(f"{spec} did not give a provider (needs execute, lookup, "
                            "lookup_complete and retention_s)")

@@ -91,6 +91,7 @@ class FakeProvider:
         """``fake:///abs/path.db?lookup_complete=0&dedupe=0&retention_s=60``."""
         rest = url.split("://", 1)[1] if "://" in url else url
         path, _, query = rest.partition("?")
+        check_db_path(path, f"fake provider URL {url!r}")  # before any file is made
         opts = dict(part.split("=", 1) for part in query.split("&") if "=" in part)
         flag = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
         try:
@@ -250,6 +251,20 @@ class FakeProvider:
     def _query(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+
+def check_db_path(path: str, what: str) -> Path:
+    """``path`` as a file the fake may create: named, not a directory, in a directory that
+    exists (a mistyped path is refused, never made into a tree of directories)."""
+    if not path.strip():
+        raise InvalidInput(f"{what}: no file named")
+    file = Path(path)
+    if file.is_dir():
+        raise InvalidInput(f"{what}: {path} is a directory, not a database file")
+    parent = file.parent
+    if not parent.is_dir():
+        raise InvalidInput(f"{what}: directory {parent} does not exist (create it first)")
+    return file
 
 
 def _perform(target: str, key: str, epoch: int, payload: Any) -> tuple[str, Any]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from consumers.providers import wire
-from effectlog.errors import InvalidInput
+from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.model import Outcome, State
 from effectlog.provider import (
     FencedByProvider,
@@ -28,6 +29,7 @@ from effectlog.provider import (
     ProviderTimeout,
     ProviderUnavailable,
 )
+from effectlog.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +42,14 @@ class HttpProvider:
     def __init__(self, base_url: str, *, lookup_complete: bool = False, retention_s: float = 0.0,
                  timeout_s: float = 10.0) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise InvalidInput(f"not an http:// provider URL: {base_url!r}")
-        self.host, self.port = parts.hostname, parts.port or 80
+        try:
+            port = parts.port  # ValueError: not a number, or outside 0-65535
+        except ValueError:
+            port = 0
+        if parts.scheme != "http" or not parts.hostname or port == 0:
+            raise InvalidInput(f"not an http://host[:port] provider URL (port 1-65535): "
+                               f"{redact_url(base_url)!r}")
+        self.host, self.port = parts.hostname, port or 80
         self.prefix = parts.path.rstrip("/")
         self.lookup_complete = lookup_complete
         self.retention_s = retention_s
@@ -54,17 +61,35 @@ class HttpProvider:
         query leaves out is asked from the server's ``/capabilities``."""
         parts = urlsplit(url)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        timeout_s = _seconds(query.get("timeout_s"), "timeout_s", positive=True)
         provider = cls(parts._replace(query="").geturl(),
-                       timeout_s=float(query.get("timeout_s", 10.0)))
-        if "lookup_complete" not in query or "retention_s" not in query:
-            status, caps = provider._request("GET", wire.CAPABILITIES_PATH, {}, None)
-            if status != 200:
-                raise ProviderUnavailable(f"{url}: /capabilities answered {status}")
+                       timeout_s=10.0 if timeout_s is None else timeout_s)
+        retention_s = _seconds(query.get("retention_s"), "retention_s")
+        if "lookup_complete" not in query or retention_s is None:
+            caps = provider._capabilities(url)
             query.setdefault("lookup_complete", str(caps.get("lookup_complete", False)))
-            query.setdefault("retention_s", str(caps.get("retention_s", 0)))
+            if retention_s is None:
+                try:
+                    retention_s = _seconds(str(caps.get("retention_s", 0)), "retention_s",
+                                           source=f"{redact_url(url)}{wire.CAPABILITIES_PATH}")
+                except InvalidInput as exc:  # the server's answer, not the caller's input
+                    raise BackendUnavailable(str(exc)) from None
         provider.lookup_complete = query["lookup_complete"].lower() in ("1", "true", "yes")
-        provider.retention_s = float(query["retention_s"])
+        provider.retention_s = retention_s or 0.0
         return provider
+
+    def _capabilities(self, url: str) -> dict[str, Any]:
+        """What the server declares; :class:`BackendUnavailable` (exit 4 in the CLI) when it
+        cannot be asked: at start an unreachable provider is an outage, not a bug."""
+        where = redact_url(url)
+        try:
+            status, caps = self._request("GET", wire.CAPABILITIES_PATH, {}, None)
+        except (ProviderUnavailable, ProviderTimeout) as exc:
+            raise BackendUnavailable(f"provider unreachable: {exc}") from None
+        if status != 200:
+            raise BackendUnavailable(f"provider {where}: {wire.CAPABILITIES_PATH} answered "
+                                     f"{status}")
+        return caps
 
     def execute(self, target: str, payload_hash: str, idempotency_key: str,
                 fencing_epoch: int, payload: Any) -> Any:
@@ -131,3 +156,19 @@ class HttpProvider:
         except ValueError:
             answer = {"detail": raw[:200].decode("utf-8", "replace")}
         return response.status, answer if isinstance(answer, dict) else {"result": answer}
+
+
+def _seconds(text: str | None, name: str, *, positive: bool = False,
+             source: str = "provider URL parameter") -> float | None:
+    """The seconds ``text`` gives (None when absent); :class:`InvalidInput` for anything
+    but a finite number of at least 0 (above 0 when ``positive``)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        low = "above 0" if positive else "0 or more"
+        raise InvalidInput(f"{source} {name}={text[:40]!r}: give a number of seconds, {low}")
+    return value

@@ -6,6 +6,7 @@ Options are read once here and passed on as settings objects; the work itself li
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from effectlog.cli.context import EXIT_UNAVAILABLE, CliContext, emit_json, fail
-from effectlog.errors import InvalidInput
+from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput
 
 if TYPE_CHECKING:
     from consumers.policy import ApprovalPolicy
@@ -248,23 +249,54 @@ def fake_provider() -> None:
 
 
 @fake_provider.command("serve")
-@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="TCP port (0: any free one).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False),
-              help="SQLite file of the fake's results (created if missing).")
+              help="SQLite file of the fake's results (created if missing, in a directory "
+                   "that exists).")
 @click.option("--lookup-incomplete", is_flag=True, help="Declare lookups incomplete.")
 @click.option("--retention", default="30d", show_default=True, help="Declared result retention.")
 def serve_fake(port: int, host: str, db_path: str, lookup_incomplete: bool,
                retention: str) -> None:
     """Serve the fake over HTTP with Idempotency-Key semantics until SIGTERM/Ctrl-C."""
-    from consumers.providers.fake import FakeProvider
+    import os
+
+    from consumers.providers.fake import FakeProvider, check_db_path
     from consumers.providers.http_server import FakeProviderServer
 
+    retention_s = _seconds(retention)
+    try:
+        check_db_path(db_path, "the fake provider's database")
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--db") from None
+    existed = os.path.lexists(db_path)
     provider = FakeProvider(db_path, lookup_complete=not lookup_incomplete,
-                            retention_s=_seconds(retention))
-    server = FakeProviderServer(provider, host, port).start()
+                            retention_s=retention_s)
+    try:
+        server = FakeProviderServer(provider, host, port).start()
+    except BaseException as exc:  # e.g. the port is taken: leave no new database behind
+        provider.close()
+        for path in ([] if existed else [db_path, f"{db_path}-wal", f"{db_path}-shm"]):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if isinstance(exc, OSError):
+            raise _bind_error(host, port, exc) from None
+        raise
     click.echo(f"fake provider on {server.url} (db {db_path}); use --provider {server.url}",
                err=True)
     stop_on_signals().wait()
     server.close()
     provider.close()
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> EffectlogError:
+    """A host that is no address of this machine is bad input (2); a port taken or not
+    permitted is the environment's (4)."""
+    import errno
+    import socket
+
+    text = f"cannot serve on {host}:{port}: {exc.strerror or exc}"
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return InvalidInput(text)
+    return BackendUnavailable(text)

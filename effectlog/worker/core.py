@@ -29,6 +29,7 @@ from effectlog.errors import (
     InvalidInput,
     NotFound,
 )
+from effectlog.keys import validate_fencing_epoch
 from effectlog.log.base import Position
 from effectlog.machine import CLAIMING, DEFAULT_MAX_PAYLOAD_BYTES, advance, check_binding, new_effect
 from effectlog.model import Approval, Decision, EffectEvent, Outcome, State, Transition
@@ -140,6 +141,8 @@ class WorkerCore:
         """Own the key to dispatch it: RESERVE from CREATED, CLAIM from RESERVED (a worker
         that reserved and died before dispatching). A key already dispatched is in doubt:
         taking it over is recovery's (:meth:`claim`), never a worker's way to dispatch again."""
+        _given_epoch(epoch)
+
         def reserve(current: EffectEvent) -> EffectEvent:
             if current.state in FINISHED:
                 raise IllegalTransition(f"{key} is {current.state.value}: finished")
@@ -154,6 +157,8 @@ class WorkerCore:
         """Take the key over with a new epoch from any open state, keeping the state: how
         recovery (or an operator) fences out whoever held it before acting on an effect in
         doubt."""
+        _given_epoch(epoch)
+
         def claim(current: EffectEvent) -> EffectEvent:
             transition = T.RESERVE if current.state is State.CREATED else T.CLAIM
             return advance(current, transition, self.worker_id, epoch=epoch)
@@ -166,6 +171,7 @@ class WorkerCore:
         own accepted write when it has one: the RECORD after a provider call reads nothing).
         A DISPATCH accepted more than ``call_within_s`` after it began raises
         :class:`LateVerdict`, as in :meth:`begin`."""
+        _given_epoch(epoch)
         began = self._clock()
         event = yield from self._judged(key, lambda current: advance(
             current, transition, self.worker_id, outcome=outcome, error=error,
@@ -312,3 +318,9 @@ class WorkerCore:
         if epoch is not None:
             return epoch
         return self.claimed.get(key, current.fencing_epoch)
+
+
+def _given_epoch(epoch: int | None) -> None:
+    """An epoch the caller gave is bad input (exit 2) outside 0 to the maximum."""
+    if epoch is not None:
+        validate_fencing_epoch(epoch)

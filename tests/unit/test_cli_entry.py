@@ -34,7 +34,8 @@ def entry(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_fast_path_prints_what_the_full_cli_prints(projected: Path) -> None:
     fast = entry(projected, "get", KEY, "--json")
-    full = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--state",
+    full = subprocess.run([sys.executable, "-m", "effectlog.cli.main", "--log",
+                           f"sqlite:///{projected}/log.db", "--state",
                            str(projected / "state"), "get", KEY, "--json"],
                           capture_output=True, text=True, timeout=60)
     assert fast.returncode == full.returncode == 0

@@ -87,7 +87,7 @@ def test_fast_path_answers_only_when_the_projection_is_not_behind(behind: Path) 
 
 def test_the_freshness_check_creates_nothing(tmp_path: Path, behind: Path) -> None:
     before = sorted(p.name for p in behind.iterdir())
-    assert lag(f"sqlite:///{behind}/log.db", {0: 2}) == 1
+    assert lag(f"sqlite:///{behind}/log.db", {0: 2}, {}, "the state") == 1
     assert sqlite_log_end(f"sqlite:///{tmp_path}/no/such/log.db") is None
     assert sqlite_log_end("kafka://127.0.0.1:1") is None
     assert sorted(p.name for p in behind.iterdir()) == before  # no -wal, no -shm

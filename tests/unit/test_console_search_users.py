@@ -201,6 +201,12 @@ def test_console_users_add_keeps_only_a_hash_in_a_private_file(tmp_path: Path) -
     path.write_text("ada:plain:text\n")
     with pytest.raises(InvalidInput, match="expected name:scrypt"):
         Users.load(path)
+    notes = tmp_path / "notes.txt"  # --file pointing at something else: refused, kept as is
+    notes.write_text("my notes\nimportant\n")
+    path = notes
+    refused = add("erin", PASSWORD)
+    assert refused.returncode == 2 and "notes.txt:1: expected name:scrypt" in refused.stderr
+    assert notes.read_text() == "my notes\nimportant\n"
 
 
 def test_serve_refuses_a_users_file_that_does_not_parse_with_one_line(tmp_path: Path) -> None:

@@ -260,3 +260,12 @@ def test_new_effect_is_a_legal_create(payload: dict[str, object], ref: str | Non
     check(None, event)  # new_effect skips this on the hot path: it must always pass
     assert (event.transition, event.state, event.fencing_epoch, event.attempt) == (
         T.CREATE, S.CREATED, 0, 0)
+
+
+def test_an_epoch_above_the_maximum_is_illegal_so_no_claim_past_it_overflows() -> None:
+    from effectlog.keys import MAX_FENCING_EPOCH
+
+    reserved = advance(new_effect("op-1", "email.send", "t", {}, "w1"), T.RESERVE, "w1",
+                       epoch=MAX_FENCING_EPOCH)
+    with pytest.raises(IllegalTransition, match="above the highest one"):
+        advance(reserved, T.CLAIM, "w2")

@@ -72,7 +72,7 @@ def test_everything_the_cli_creates_is_0700_or_0600(tmp_path: Path, umask: int) 
     base = [str(EFFECTLOG), "--log", "sqlite:///.effectlog/log.db"]
     steps = [(["append"], line), (["project", "--once"], ""),
              (["recover", "--once", "--stuck-after", "0s"], ""),
-             (["reconcile", "--once", "--provider", "fake://.effectlog/p/provider.db"], ""),
+             (["reconcile", "--once", "--provider", "fake://.effectlog/provider.db"], ""),
              (["replay", "--out", ".effectlog/a.jsonl"], "")]
     for args, stdin in steps:
         done = subprocess.run([*base, *args], input=stdin, capture_output=True, text=True,
@@ -85,4 +85,4 @@ def test_everything_the_cli_creates_is_0700_or_0600(tmp_path: Path, umask: int) 
     wrong = {path: oct(m) for path, m in found.items()
              if m != (0o700 if (root / ".effectlog" / path).is_dir() else 0o600)}
     assert wrong == {}
-    assert {"log.db", "state.consumers/recovery.db", "a.jsonl", "p/provider.db"} <= set(found)
+    assert {"log.db", "state.consumers/recovery.db", "a.jsonl", "provider.db"} <= set(found)

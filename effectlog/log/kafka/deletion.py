@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import TOPICS
+from effectlog.log.kafka.producer import error_text
 from effectlog.log.kafka.settings import KafkaSettings
 
 
@@ -20,7 +21,8 @@ def _admin(settings: KafkaSettings) -> AdminClient:
 
 
 def _unreachable(settings: KafkaSettings, exc: BaseException) -> BackendUnavailable:
-    return BackendUnavailable(f"kafka broker {settings.bootstrap} unreachable: {exc}")
+    return BackendUnavailable(f"kafka broker {settings.bootstrap} unreachable: "
+                              f"{error_text(exc)}")
 
 
 def matching_topics(settings: KafkaSettings, prefix: str) -> list[str]:
@@ -47,6 +49,6 @@ def delete_topics(settings: KafkaSettings, names: list[str]) -> None:
         try:
             future.result(settings.timeout_s)
         except (KafkaException, TimeoutError) as exc:
-            failed.append(f"{name} ({exc})")
+            failed.append(f"{name} ({error_text(exc)})")
     if failed:
         raise BackendUnavailable(f"kafka topics not deleted: {', '.join(failed)}")

@@ -26,6 +26,20 @@ ClientConfig = dict[str, Any]
 _SCHEMES = {"kafka": None, "kafka+ssl": "SSL", "kafka+sasl": "SASL_SSL"}
 
 
+_BROKER = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def _check_brokers(hosts: str, url: str) -> None:
+    """Each ``host[:port]`` of the bootstrap list names a host, and a port from 1 to 65535
+    (an IPv6 address in brackets: ``[::1]:9092``)."""
+    for broker in hosts.split(","):
+        found = _BROKER.fullmatch(broker.strip())
+        if found is None or not found["host"].strip() \
+                or (found["port"] is not None and not 1 <= int(found["port"]) <= 65535):
+            raise InvalidInput(f"kafka URL broker {broker.strip()!r} is not host:port with a "
+                               f"port from 1 to 65535: {redact_url(url)!r}")
+
+
 def _read_properties(path: str) -> tuple[tuple[str, str], ...]:
     """``key=value`` lines of a librdkafka properties file (``#``/``!`` comments allowed)."""
     try:
@@ -100,6 +114,7 @@ class KafkaSettings:
         if not hosts or parts.path not in ("", "/"):
             raise InvalidInput(f"kafka URL must be kafka://host:port[,host:port]?...: "
                                f"{redact_url(url)!r}")
+        _check_brokers(hosts, url)
         values: dict[str, Any] = {"bootstrap": hosts, "security_protocol": _SCHEMES[scheme]}
         if userinfo:
             user, _, password = userinfo.partition(":")
