@@ -20,7 +20,7 @@ from typing import Any, cast
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from effectlog.errors import CodecError
+from effectlog.errors import CodecError, UnknownWriterSchema
 
 MARKER = b"\xc3\x01"
 HEADER_SIZE = 10
@@ -117,7 +117,8 @@ class Codec:
             raise CodecError("not an Avro single-object record (bad marker)")
         writer = self._writers.get(data[2:HEADER_SIZE])
         if writer is None:
-            raise CodecError(f"unknown writer schema fingerprint {data[2:HEADER_SIZE].hex()}")
+            raise UnknownWriterSchema(
+                f"unknown writer schema fingerprint {data[2:HEADER_SIZE].hex()}")
         body = io.BytesIO(data[HEADER_SIZE:])
         try:
             record = fastavro.schemaless_reader(body, writer, self.schema)

@@ -25,6 +25,11 @@ class CodecError(InvalidInput):
     """Bytes that are not a record effectlog can decode."""
 
 
+class UnknownWriterSchema(CodecError):
+    """A single-object record whose writer schema this release does not know (a newer
+    writer's, or not an effectlog record at all)."""
+
+
 class Conflict(EffectlogError):
     """The request contradicts what the log already says (exit 3)."""
 

@@ -200,7 +200,7 @@ class AsyncWorker(WorkerBase):
             judge = self.judge
             assert judge is not None
             return (await self._off(judge.ask, [request.query]))[0]
-        return await self._off(answer_log, self.log, request)
+        return await self._off(answer_log, self.log, request, self._core.codec)
 
     async def _off(self, fn: Callable[..., R], *args: Any) -> R:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

@@ -101,7 +101,7 @@ class WorkerCore:
         self.max_payload_bytes = max_payload_bytes
         self.claimed: dict[str, int] = {}
         self.last_position: Position | None = None
-        self._codec = codec or event_codec()
+        self.codec = codec or event_codec()  # what it writes with, and folds with
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -293,7 +293,7 @@ class WorkerCore:
         key = events[0].idempotency_key
         if any(e.idempotency_key != key for e in events):
             raise InvalidInput("one write carries the events of one key")
-        data = tuple(self._codec.encode(e.to_record()) for e in events)
+        data = tuple(self.codec.encode(e.to_record()) for e in events)
         try:
             positions = yield from self.writes.write(key, events, data, atomic)
         except BackendUnavailable:

@@ -30,8 +30,9 @@ R = TypeVar("R")
 T = Transition
 
 
-def answer_log(log: EventLog, request: Request[Any]) -> Any:
-    """Answer a request that reads or appends the log itself (blocking)."""
+def answer_log(log: EventLog, request: Request[Any], codec: Codec | None = None) -> Any:
+    """Answer a request that reads or appends the log itself (blocking); a fold decodes
+    with ``codec``, the worker's."""
     if isinstance(request, Append):
         if len(request.data) == 1:
             return [log.append(EVENTS, request.key, request.data[0])]
@@ -40,7 +41,7 @@ def answer_log(log: EventLog, request: Request[Any]) -> Any:
     if isinstance(request, AppendAfter):
         return log.append_after(EVENTS, request.key, request.data, request.last_offset)
     if isinstance(request, Fold):
-        return LogView(log).current_at(request.key)
+        return LogView(log, codec).current_at(request.key)
     if isinstance(request, Identity):
         return log.identity()
     raise TypeError(f"not a log request: {request!r}")
@@ -210,7 +211,7 @@ class Worker(WorkerBase):
         if isinstance(request, Ask):
             assert self.judge is not None
             return self.judge.ask([request.query])[0]
-        return answer_log(self.log, request)
+        return answer_log(self.log, request, self._core.codec)
 
 
 class EffectCall(CallBase):

@@ -7,7 +7,8 @@
   group whose later event the rules reject is refused whole (it used to be appended, and its
   last event remembered as the key's state: a rejected RECORD then replayed as a success).
 - The fold a compare-and-append worker judges on leaves out an event logged under another
-  key, as the projector rejects it (``key_mismatch``).
+  key, as the projector rejects it (``key_mismatch``), decodes with the worker's own codec,
+  and cannot judge a record of a writer schema it does not know (a newer release's).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from effectlog.codec import event_codec
+from effectlog.codec import EVENT_SCHEMA, Codec, event_codec, load_schema_text
 from effectlog.errors import Conflict
+from effectlog.judge import CannotJudge
 from effectlog.judge.query import Answer, Query, Verdict
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS
@@ -82,3 +84,32 @@ def test_the_fold_leaves_out_an_event_logged_under_another_key() -> None:
     Worker(log, "w1").perform("op-1", KIND, TARGET, {"cents": 1},
                               lambda call: calls.append(call.key) or {})
     assert calls == [mine]
+
+
+def newer_codec() -> Codec:
+    """The next release's writer schema: this one plus an optional field."""
+    current = load_schema_text(EVENT_SCHEMA)
+    newer = {**current, "fields": [*current["fields"],
+                                   {"name": "trace_id", "type": ["null", "string"],
+                                    "default": None}]}
+    return Codec(newer, older=[current])
+
+
+def test_a_worker_of_an_older_release_cannot_judge_a_newer_ones_records(
+        tmp_path: Path) -> None:
+    """On a compare-and-append log the worker's fold is the verdict: a record of a writer
+    schema it does not know is "cannot judge" (it would call it undecodable, rejected, and
+    write its own DISPATCH after a key the newer release settled), never skipped."""
+    url = f"sqlite:///{tmp_path}/events.db"
+    calls: list[str] = []
+    newer = Worker(open_log(url), "w-new", codec=newer_codec())
+    newer.perform("order-7", KIND, TARGET, {"cents": 100},
+                  lambda call: calls.append("newer") or {"id": 1})
+    older = Worker(open_log(url), "w-old")
+    with pytest.raises(CannotJudge, match="written by another release"):
+        older.perform("order-7", KIND, TARGET, {"cents": 100},
+                      lambda call: calls.append("older") or {"id": 2})
+    assert calls == ["newer"]
+    again = newer.perform("order-7", KIND, TARGET, {"cents": 100},
+                          lambda call: calls.append("newer again") or {"id": 3})
+    assert again == {"id": 1} and calls == ["newer"]  # its own release reads its records
