@@ -13,6 +13,7 @@ were judged on their own, as a second writer's would be).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +21,10 @@ from effectlog.errors import EffectlogError, Fenced
 from effectlog.judge.premises import Expected, check_answer
 from effectlog.judge.query import Judge, Query, Written
 from effectlog.log.base import EVENTS, EventLog, Position
-from effectlog.model import EffectEvent
+from effectlog.model import EffectEvent, Transition
 from effectlog.worker import Worker
 from effectlog.worker.base import codec_fingerprint
-from effectlog.worker.core import WorkerCore
+from effectlog.worker.core import LateVerdict, WorkerCore
 from effectlog.worker.requests import Request, Steps
 from effectlog.worker.writes import Known
 
@@ -90,8 +91,11 @@ def expectations(log: EventLog) -> Expected:
 
 def run_batch(log: EventLog, requests: list[tuple[int, dict[str, Any]]], judge: Judge,
               apply: Callable[[Any, dict[str, Any], int], EffectEvent],
-              emit: Callable[[EffectEvent, Position | None], None]) -> None:
-    """Plan, append and judge one batch of parsed lines; emit one output line per line."""
+              emit: Callable[[EffectEvent, Position | None], None],
+              call_within_s: float) -> None:
+    """Plan, append and judge one batch of parsed lines; emit one output line per line.
+    A DISPATCH whose verdict came more than ``call_within_s`` after its append began is not
+    printed as accepted (``LateVerdict``: recovery may be acting on it already)."""
     from effectlog.keys import make_key
 
     expected = expectations(log)
@@ -111,12 +115,20 @@ def run_batch(log: EventLog, requests: list[tuple[int, dict[str, Any]]], judge: 
             failure = exc
             break
         planned.append((number, event, len(plan.items) > before))
+    began = time.monotonic()
     positions = log.append_ordered(EVENTS, plan.items) if plan.items else []
     refused = _judge(judge, expected, planned, positions) if positions else None
+    took = time.monotonic() - began
+    if took > call_within_s:
+        late = next((n for n, e, new in planned if new and e.transition is Transition.DISPATCH),
+                    None)
+        if late is not None and (refused is None or late < refused[0]):
+            event = next(e for n, e, _ in planned if n == late)
+            refused = (late, str(LateVerdict(event, took, call_within_s)))
     appended = iter(positions)
     for number, event, new in planned:
         if refused is not None and number >= refused[0]:
-            raise Fenced(f"line {refused[0]}: {refused[1]}", "lost_race")
+            raise Fenced(f"line {refused[0]}: {refused[1]}", "lost_race")  # exit 3
         emit(event, next(appended) if new else None)
     if failure is not None:
         raise failure

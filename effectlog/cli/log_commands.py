@@ -169,15 +169,15 @@ def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], se
                 break
             except EffectlogError:
                 if batch:
-                    run_batch(log, batch, judge, _apply, _emit)  # the lines before it
+                    run_batch(log, batch, judge, _apply, _emit, timeout_s)  # the lines before it
                 raise
             batch.append(item)
             if len(batch) >= BATCH_LINES:
-                run_batch(log, batch, judge, _apply, _emit)
+                run_batch(log, batch, judge, _apply, _emit, timeout_s)
                 sys.stdout.flush()
                 batch = []
         if batch:
-            run_batch(log, batch, judge, _apply, _emit)
+            run_batch(log, batch, judge, _apply, _emit, timeout_s)
     finally:
         judge.close()
 

@@ -110,7 +110,7 @@ def test_a_line_the_judge_refused_is_not_printed_as_accepted(kafka_url: str,
         line = {"operation_id": "raced", "kind": "email.send", "target": "mailto:r@x",
                 "worker_id": "w1", "transition": "reserve"}
         with pytest.raises(Fenced, match=r"line 7: .*did not accept"):
-            run_batch(log, [(7, line)], stale, _apply, lambda e, p: emitted.append(e))
+            run_batch(log, [(7, line)], stale, _apply, lambda e, p: emitted.append(e), 10.0)
         assert emitted == []
     finally:
         real.close()

@@ -84,3 +84,29 @@ def test_a_late_verdict_on_a_dispatch_step_raises_as_in_perform(log: EventLog) -
     key = prompt.create("op-4", KIND, TARGET, {"cents": 1}).idempotency_key
     prompt.reserve(key)
     assert prompt.dispatch(key).state is State.DISPATCHED
+
+
+def test_append_batches_print_no_dispatch_whose_verdict_came_late(log: EventLog) -> None:
+    """``effectlog append --server`` prints a DISPATCH line as accepted only when its
+    verdict came within the bound: a non-Python worker calls its provider on that word.
+    The lines before it are printed; the late DISPATCH fails its line (exit 3)."""
+    from effectlog.cli.append_batch import run_batch
+    from effectlog.cli.log_commands import _apply
+    from effectlog.errors import Fenced
+
+    line = {"operation_id": "op-5", "kind": KIND, "target": TARGET, "worker_id": "w1"}
+    requests = [(1, {**line, "transition": "create", "payload": {"cents": 1}}),
+                (2, {**line, "transition": "reserve"}), (3, {**line, "transition": "dispatch"})]
+    emitted: list[str] = []
+    with pytest.raises(Fenced, match=r"line 3: .*not called, left to recovery"):
+        run_batch(log, requests, SlowVerdicts(log, 0.4), _apply,
+                  lambda event, _: emitted.append(event.transition.value), 0.2)
+    assert emitted == ["CREATE", "RESERVE"]
+    prompt: list[str] = []
+    line = {**line, "operation_id": "op-6"}
+    run_batch(log, [(1, {**line, "transition": "create", "payload": {}}),
+                    (2, {**line, "transition": "reserve"}),
+                    (3, {**line, "transition": "dispatch"})],
+              SlowVerdicts(log, 0.0), _apply,
+              lambda event, _: prompt.append(event.transition.value), 2.0)
+    assert prompt == ["CREATE", "RESERVE", "DISPATCH"]
