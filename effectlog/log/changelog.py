@@ -18,7 +18,7 @@ fenced writer had not committed is never read by a restore.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 #: The key of a publication's checkpoint record (idempotency keys never hold NUL).
 CHECKPOINT_KEY = b"\x00checkpoint"
@@ -54,7 +54,8 @@ class Changelog(ABC):
     @abstractmethod
     def read(self, partition: int) -> Iterator[Change]:
         """Every committed record of ``partition`` (compacted: the latest per key, with
-        checkpoints among them), oldest first, up to its end at the call."""
+        checkpoints among them), oldest first, up to an end that stopped moving (see
+        :func:`read_to_settled_end`)."""
 
     @abstractmethod
     def last_checkpoint(self, partition: int) -> bytes | None:
@@ -63,3 +64,27 @@ class Changelog(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the clients."""
+
+
+#: How many times a read follows an end that moved while it read (publications come about
+#: once a second; reading one takes milliseconds).
+SETTLE_ROUNDS = 100
+
+
+def read_to_settled_end(end: Callable[[], int], records: Callable[[int, int], Iterator[Change]],
+                        rounds: int = SETTLE_ROUNDS) -> Iterator[Change]:
+    """The records of ``[0, end)``, then of each stretch the end moved by while they were
+    read, until it stops moving (at most ``rounds`` times).
+
+    A reader that does not fence the owner (a standby copy, ``rebuild``, ``project``) reads
+    while publications go on, and the cleaner may remove a key's record ahead of the reader
+    once a later publication of the key exists: stopping at the end seen at the start would
+    then miss the key altogether. The later record is in a later stretch, so reading on to
+    the end gets it, and the last checkpoint read still covers everything before it.
+    """
+    start, stop = 0, end()
+    for _ in range(rounds):
+        yield from records(start, stop)
+        start, stop = stop, end()
+        if stop <= start:
+            return

@@ -22,7 +22,13 @@ from confluent_kafka import TopicPartition as TP
 
 from effectlog.errors import BackendUnavailable, Fenced, LogMissing
 from effectlog.log.base import STATE
-from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
+from effectlog.log.changelog import (
+    CHECKPOINT_KEY,
+    Change,
+    Changelog,
+    ChangelogWriter,
+    read_to_settled_end,
+)
 from effectlog.log.kafka.producer import error_text, producer_config
 from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
 
@@ -189,8 +195,9 @@ class KafkaChangelog(Changelog):
     def read(self, partition: int) -> Iterator[Change]:
         consumer = self._consumer()
         try:
-            end = self._end(consumer, partition)
-            yield from self._records(consumer, partition, 0, end)
+            yield from read_to_settled_end(
+                lambda: self._end(consumer, partition),
+                lambda start, end: self._records(consumer, partition, start, end))
         finally:
             consumer.close()
 
