@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from effectlog.cli.context import CliContext, emit_json
+from effectlog.cli.output_file import output_file
 from effectlog.cli.read_commands import _client, _fresh_reader, catch_up_option, server_option
 from effectlog.errors import InvalidInput
 
@@ -57,7 +58,7 @@ def _archive(log: Any, keys: list[str], path: str) -> int:
 @click.option("--older-than", "older_than", required=True, metavar="DUR",
               help="Expire settled effects (SUCCEEDED, FAILED, ABANDONED) whose last "
                    "transition is older than DUR (24h, 30d): the retention.")
-@click.option("--archive", metavar="FILE", type=click.Path(dir_okay=False),
+@click.option("--archive", metavar="FILE", type=click.Path(dir_okay=False), callback=output_file,
               help="First write those effects' records to FILE (created 0600), in the Avro "
                    "archive format of replay --format avro; nothing expires if that fails.")
 @click.option("--purge-after", default="1d", show_default=True, metavar="DUR",

@@ -13,6 +13,7 @@ import click
 
 from effectlog.audit import Replay, ReplayFilter, ReplaySummary, parse_time, write_avro, write_jsonl
 from effectlog.cli.context import EXIT_CONFLICT, EXIT_NOT_FOUND, CliContext, fail
+from effectlog.cli.output_file import output_file
 from effectlog.errors import InvalidInput
 from effectlog.log.base import EventLog
 from effectlog.redact import redact_url
@@ -28,20 +29,6 @@ def _time(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
         return parse_time(value)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def _out(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """--out: ``-`` or a file in a directory that exists (checked before the log is read,
-    so a mistyped path is bad usage, exit 2, and nothing is written)."""
-    if value == "-":
-        return value
-    if not value.strip():
-        raise click.BadParameter("an empty file name: give a path, or - for stdout", ctx, param)
-    parent = os.path.dirname(os.path.abspath(value))
-    if not os.path.isdir(parent):
-        why = "is not a directory" if os.path.exists(parent) else "does not exist"
-        raise click.BadParameter(f"{value}: {parent} {why}", ctx, param)
-    return value
 
 
 def _open_private(path: str, binary: bool) -> IO[Any]:
@@ -125,7 +112,7 @@ def _print_summary(summary: ReplaySummary) -> None:
 @click.option("--until", metavar="T", callback=_time, help="Records with a log timestamp before T.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "avro"]), default="jsonl",
               show_default=True, help="JSON lines, or an Avro Object Container File.")
-@click.option("--out", default="-", show_default=True, metavar="FILE", callback=_out,
+@click.option("--out", default="-", show_default=True, metavar="FILE", callback=output_file,
               type=click.Path(dir_okay=False, allow_dash=True),
               help="Output file (created 0600); - is stdout.")
 @click.option("--json", "as_json", is_flag=True,

@@ -256,10 +256,12 @@ def test_a_fake_provider_path_that_cannot_be_used_is_bad_input(tmp_path: Path,
 @pytest.mark.parametrize(("out", "message"), [
     ("", "an empty file name"), ("{tmp}/no/dir/x.jsonl", "{tmp}/no/dir does not exist"),
     ("{tmp}/log.db/x.jsonl", "{tmp}/log.db is not a directory")])
-def test_replay_out_that_cannot_be_written_is_bad_input_naming_it(tmp_path: Path, out: str,
-                                                                  message: str) -> None:
+@pytest.mark.parametrize("command", [("replay", "--out"),
+                                     ("expire", "--older-than", "1s", "--archive")])
+def test_an_output_file_that_cannot_be_written_is_bad_input_naming_it(
+        tmp_path: Path, out: str, message: str, command: tuple[str, ...]) -> None:
     assert run(tmp_path, "append", stdin=CREATE).returncode == OK
-    expect(run(tmp_path, "replay", "--out", out.format(tmp=tmp_path)), USAGE,
+    expect(run(tmp_path, *command, out.format(tmp=tmp_path)), USAGE,
            message.format(tmp=tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.db"]
 
