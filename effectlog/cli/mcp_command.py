@@ -61,13 +61,10 @@ def mcp(obj: CliContext, config_path: str, http: str | None, upstream_url: str |
                              server=server)
     if worker_id:
         settings = ProxySettings(listening, settings.run_id, worker_id, server)
-    log = obj.open_log(create=True)
     try:
-        anyio.run(run_proxy, config, log, settings)
+        anyio.run(run_proxy, config, lambda: obj.open_log(create=True), settings)
     except BaseExceptionGroup as group:
         raise first_error(group) from None
-    finally:
-        log.close()
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

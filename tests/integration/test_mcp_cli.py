@@ -42,13 +42,15 @@ def test_a_config_the_upstream_cannot_honour_is_refused_at_start(
     done = start(tmp_path, write_config(tmp_path, tmp_path / "up.db", effects=effects))
     assert done.returncode == USAGE
     assert says in one_error(done)
+    assert not (tmp_path / "log.db").exists()  # refused before the log is made
 
 
-def test_an_unreachable_upstream_is_exit_4(tmp_path: Path) -> None:
+def test_an_unreachable_upstream_is_exit_4_and_makes_no_log(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     done = start(tmp_path, write_config(tmp_path, tmp_path / "up.db", url=url))
     assert done.returncode == UNAVAILABLE
     assert "cannot reach the upstream MCP server" in one_error(done)
+    assert not (tmp_path / "log.db").exists()
 
 
 def test_no_upstream_and_bad_options_are_exit_2(tmp_path: Path) -> None:
