@@ -142,7 +142,7 @@ class Node:
         self.standby_copies = StandbyCopies(
             self.url, self.standbys,
             self.store.reader(self.partition_for, self.standbys).read_consistent,
-            self.end_offsets)
+            self.end_offsets, api_log.identity())
         self.judge = PartitionJudge(self.gate, self.reader, self.url, api_log.identity(),
                                     known_fingerprints(event_codec().writer_fingerprints),
                                     self.fresh_ends)

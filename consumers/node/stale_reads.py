@@ -8,7 +8,8 @@ answers interactive queries from standbys, KIP-535). Reads that need the owner (
 ``min_offset``) and every verdict still wait for the new owner: a standby never judges.
 
 The answer carries :data:`STALE` (``1``) and :data:`LAG` (records the copy is behind the
-log's end when it answered), besides the usual partition, applied-offset and served-by headers.
+log's end when it answered), besides the usual partition, applied-offset, served-by, topic ID
+and generation headers.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ class StaleRead:
     lag: int
     snapshot: dict[str, object] | None
     served_by: str
+    topic_id: str | None
+    generation: str
 
     def headers(self) -> dict[str, str]:
         return {"Effectlog-Partition": str(self.partition),
                 "Effectlog-Applied-Offset": str(self.applied),
-                "Effectlog-Served-By": self.served_by, STALE: "1", LAG: str(self.lag)}
+                "Effectlog-Served-By": self.served_by, "Effectlog-Topic-Id": self.topic_id or "",
+                "Effectlog-Generation": self.generation, STALE: "1", LAG: str(self.lag)}
 
 
 class StandbyCopies:
@@ -47,8 +51,9 @@ class StandbyCopies:
 
     def __init__(self, url: str, held: Callable[[], Mapping[int, int]],
                  read: Callable[[str], ConsistentRead | None],
-                 ends: Callable[[], Mapping[int, int]]) -> None:
+                 ends: Callable[[], Mapping[int, int]], topic_id: str | None = None) -> None:
         self.url = url
+        self.topic_id = topic_id
         self.held = held
         self.read_consistent = read
         self.ends = ends
@@ -65,4 +70,4 @@ class StandbyCopies:
         end = self.ends().get(found.partition, found.applied)
         snapshot = None if found.raw is None else snapshot_json(found.raw)
         return StaleRead(found.partition, found.applied, max(0, end - found.applied), snapshot,
-                         self.url)
+                         self.url, self.topic_id, found.generation)

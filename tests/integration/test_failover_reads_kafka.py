@@ -69,6 +69,8 @@ def test_a_standby_answers_reads_of_a_dead_members_keys_until_the_group_moves_th
             if reply.headers.get("Effectlog-Stale") == "1":
                 assert int(reply.headers["Effectlog-Lag"]) >= 0
                 assert reply.headers["Effectlog-Served-By"] == b.url
+                assert reply.headers["Effectlog-Topic-Id"] == log.identity()
+                assert reply.headers["Effectlog-Generation"]  # the copy's projection
             assert json.loads(reply.data) == before[key]
         assert stale > 0, "no read was answered by the standby copy"
         if not set(b.serving()) >= moved:  # still moving: the judge does not answer yet
