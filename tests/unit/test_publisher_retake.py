@@ -116,15 +116,21 @@ def test_a_fenced_writer_is_taken_again_once_its_time_came_and_publishes_again(
                               False)
 
 
-def test_a_partition_let_go_given_to_another_or_not_open_here_is_not_taken_again(
-        tmp_path: Path) -> None:
-    tmp = tmp_path
-    kept, clock, changelog = records(), Clock(), MemoryChangelog()
-    [member] = members(tmp, kept, changelog, clock)
+def fenced_member(tmp: Path, changelog: MemoryChangelog, clock: Clock) -> Member:
+    """One member that applied three records and whose writer was then fenced from outside
+    (its next publication is refused)."""
+    [member] = members(tmp, records(), changelog, clock)
     member.assign()
     _apply_upto(member.projector, 3)
     changelog.writer(0)
     assert not member.publisher.publish(0)
+    return member
+
+
+def test_a_partition_let_go_given_to_another_or_not_open_here_is_not_taken_again(
+        tmp_path: Path) -> None:
+    changelog, clock = MemoryChangelog(), Clock()
+    member = fenced_member(tmp_path, changelog, clock)
     member.publisher.release([0], final=True)  # the rebalance that follows a fence
     clock.now = 120.0
     assert member.publisher.retake() == []
@@ -141,13 +147,8 @@ def test_a_partition_let_go_given_to_another_or_not_open_here_is_not_taken_again
 
 
 def test_a_take_that_fails_is_tried_again_after_as_long(tmp_path: Path) -> None:
-    tmp = tmp_path
-    kept, clock, changelog = records(), Clock(), FlakyChangelog()
-    [member] = members(tmp, kept, changelog, clock)
-    member.assign()
-    _apply_upto(member.projector, 3)
-    changelog.writer(0)
-    assert not member.publisher.publish(0)
+    changelog, clock = FlakyChangelog(), Clock()
+    member = fenced_member(tmp_path, changelog, clock)
     clock.now, changelog.refusals = 60.0, 1
     assert member.publisher.retake() == []  # refused: logged, not raised
     clock.now = 119.0
