@@ -21,11 +21,13 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from effectlog.codec import event_codec
 from effectlog.errors import BackendUnavailable, CodecError
+from effectlog.log.base import Record
 from projections.fastevent import Fields, fields_from_record
 
 logger = logging.getLogger(__name__)
@@ -178,3 +180,21 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A batch read from ``start`` and handed to a decoder, not applied yet."""
+
+    partition: int
+    start: int
+    records: list[Record]
+    decoder: InlineDecoder | ProcessDecoder
+
+
+def by_partition(records: list[Record]) -> dict[int, list[Record]]:
+    """``records`` grouped by partition, in order."""
+    out: dict[int, list[Record]] = {}
+    for record in records:
+        out.setdefault(record.partition, []).append(record)
+    return out

@@ -29,14 +29,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from effectlog.errors import BackendUnavailable
 from effectlog.log.base import EVENTS, EventLog, Record
 from effectlog.log.source import LogSource, RecordSource
 from projections.compaction_guard import CompactionGuard, HaltCallback
-from projections.decoding import Decoders, InlineDecoder, ProcessDecoder
-from projections.restore import starting_writer
+from projections.decoding import Decoders, InFlight, by_partition
+from projections.restore import PartitionOpener
 from projections.settings import (
     AppliedCallback,
     DecoderChoice,
@@ -54,16 +53,6 @@ logger = logging.getLogger(__name__)
 SWAP_CHECK_S = 0.2  # how often a running projector looks for a projection a rebuild swapped in
 
 
-@dataclass(slots=True)
-class _InFlight:
-    """A batch read from ``start`` and handed to a decoder, not applied yet."""
-
-    partition: int
-    start: int
-    records: list[Record]
-    decoder: InlineDecoder | ProcessDecoder
-
-
 class Projector:
     """Applies the log's events topic, partition by assigned partition, to ``store``.
 
@@ -79,7 +68,8 @@ class Projector:
                  settings: ProjectorSettings | None = None, *, follow_swaps: bool = True,
                  partitions: Iterable[int] | None = None,
                  on_applied: AppliedCallback | None = None, from_changelog: bool = True,
-                 on_halt: HaltCallback | None = None) -> None:
+                 on_halt: HaltCallback | None = None, background_restores: bool = False,
+                 on_opened: AppliedCallback | None = None) -> None:
         self.log = log
         self.changelog = log.changelog() if from_changelog else None
         self.settings = settings or ProjectorSettings()
@@ -98,31 +88,31 @@ class Projector:
         self._cursors: dict[int, int] = {}  # next offset to read, per partition
         self._reached: dict[int, int] = {}  # the source passed these offsets: no records below
         self._source: RecordSource | None = None
-        self._inflight: deque[_InFlight] = deque()
+        self._inflight: deque[InFlight] = deque()
         self._decoders = Decoders(self.settings.decoder, self.settings.process_decode_min)
+        self.on_opened = on_opened
+        self.opener = PartitionOpener(store, log, self.changelog, background=background_restores,
+                                      gaps_accepted=self.settings.accept_compaction_gaps)
 
     # -- assignment (effectlog.log.source.AssignmentListener) ----------------------------
 
     def assigned(self, partitions: Sequence[int]) -> dict[int, int]:
-        """Open the projection of ``partitions``; the stored next offset of each."""
-        count = self.log.partitions(EVENTS)
+        """Open the projection of ``partitions``; the offset each resumes at. With
+        ``background_restores`` a partition restored from the changelog is opened later,
+        between two batches (:meth:`restoring` until then; ``on_opened`` hears of it)."""
+        pending = self.restoring()
         for partition in partitions:
-            if partition not in self._writers:
-                writer = self.store.open_writer(partition, partitions=count)
-                try:
-                    writer.bind_log(self.log)
-                    writer = starting_writer(
-                        writer, self.store, self.log, self.changelog, count,
-                        gaps_accepted=self.settings.accept_compaction_gaps)
-                except BaseException:
-                    self.store.release(partition)
-                    raise
-                self._writers[partition] = writer
-                self._cursors[partition] = writer.next_offset
-                self.guard.start(partition, writer.next_offset)
-                logger.info("partition %d assigned: resuming at offset %d", partition,
-                            writer.next_offset)
-        return {p: self._writers[p].next_offset for p in partitions}
+            if partition not in self._writers and partition not in pending:
+                writer = self.opener.open(partition)
+                if writer is not None:
+                    self._open(partition, writer)
+        pending = self.restoring()
+        return {p: pending[p] if p in pending else self._writers[p].next_offset
+                for p in partitions}
+
+    def restoring(self) -> dict[int, int]:
+        """The partitions being restored in the background, with the offset each resumes at."""
+        return self.opener.pending()
 
     def settle(self) -> None:
         """Apply the batches in flight now."""
@@ -132,9 +122,9 @@ class Projector:
         """Let go of ``partitions``: batches in flight are applied first, unless ``lost``
         (another process may own them already), when theirs are dropped."""
         self._settle(discard=set(partitions) if lost else set())
+        self.opener.release(partitions)
         for partition in partitions:
             if self._writers.pop(partition, None) is not None:
-                self.store.release(partition)
                 logger.info("partition %d %s", partition, "lost" if lost else "revoked")
             for table in (self._cursors, self._reached):
                 table.pop(partition, None)
@@ -146,7 +136,8 @@ class Projector:
         logger.info("projecting %s", self.log.url)
 
     def close(self) -> None:
-        self.revoked(sorted(self._writers))
+        self.revoked(self.assignment)
+        self.opener.close()
         self.store.close()
         self._decoders.drop_helper(failed=False)
 
@@ -166,8 +157,8 @@ class Projector:
 
     @property
     def assignment(self) -> list[int]:
-        """The partitions open here now."""
-        return sorted(self._writers)
+        """The partitions open here now (restoring ones included)."""
+        return sorted(self._writers.keys() | self.restoring().keys())
 
     def next_offsets(self) -> dict[int, int]:
         """The stored next offset of every assigned partition."""
@@ -195,6 +186,7 @@ class Projector:
         """Keep the pipeline full from ``source`` and apply the oldest batch; records handled."""
         self._source = source
         self._follow_swap()
+        self._take_restored()
         self._fill(source)
         if not self._inflight:
             return 0
@@ -245,7 +237,7 @@ class Projector:
                             next_offsets=self.next_offsets() if self._writers else {})
         if progress.total_lag:
             logger.info("projection is %d events behind the log (%s)", progress.total_lag,
-                        _format_lag(progress.lag))
+                        progress.lag_text)
         if on_progress is not None:
             on_progress(progress)
         reported = time.monotonic()
@@ -256,7 +248,7 @@ class Projector:
             if handled and time.monotonic() - reported >= self.settings.log_every_s:
                 reported = time.monotonic()
                 logger.info("applied %d events so far; %d behind the log (%s)", progress.records,
-                            progress.total_lag, _format_lag(progress.lag),
+                            progress.total_lag, progress.lag_text,
                             extra={"applied": progress.records, "lag": progress.total_lag})
             if once and source.exhausted and not self._inflight:
                 break
@@ -264,10 +256,29 @@ class Projector:
         progress.next_offsets = {p: w.next_offset for p, w in sorted(self._writers.items())}
         logger.info("projected %d events (%d accepted, %d rejected); lag now %s",
                     progress.records, progress.accepted, progress.rejected,
-                    _format_lag(progress.lag))
+                    progress.lag_text)
         return progress
 
     # -- internals -----------------------------------------------------------------------
+
+    def _open(self, partition: int, writer: PartitionWriter) -> None:
+        self._writers[partition] = writer
+        self._cursors[partition] = writer.next_offset
+        self.guard.start(partition, writer.next_offset)
+        logger.info("partition %d assigned: resuming at offset %d", partition,
+                    writer.next_offset)
+
+    def _take_restored(self) -> None:
+        """Open the partitions restored in the background since the last batch."""
+        for job in self.opener.finished():
+            if job.error is not None:
+                raise job.error
+            assert job.writer is not None
+            self._open(job.partition, job.writer)
+            if self._source is not None:
+                self._source.seek(job.partition, job.writer.next_offset)
+            if self.on_opened is not None:
+                self.on_opened(job.partition, job.writer.next_offset)
 
     def _fill(self, source: RecordSource) -> None:
         """Poll and hand to a decoder until ``pipeline_depth`` batches are in flight."""
@@ -286,14 +297,14 @@ class Projector:
 
     def _admit(self, fetched: list[Record]) -> None:
         """Hand what the guard admits of ``fetched`` to a decoder, per partition."""
-        for partition, found in _by_partition(fetched).items():
+        for partition, found in by_partition(fetched).items():
             records = self.guard.admit(partition, found)
             start = self._cursors.get(partition)
             if start is None or not records or records[-1].offset < start:
                 continue  # not ours (any more), read before, or halted
             decoder = self._decoders.for_batch(len(records))
             decoder.send([r.value for r in records])
-            self._inflight.append(_InFlight(partition, start, records, decoder))
+            self._inflight.append(InFlight(partition, start, records, decoder))
             self._cursors[partition] = records[-1].offset + 1
 
     def _advance(self, partition: int, offset: int) -> None:
@@ -377,17 +388,6 @@ class Projector:
         if self._source is not None:
             for partition, offset in starts.items():
                 self._source.seek(partition, offset)
-
-
-def _by_partition(records: list[Record]) -> dict[int, list[Record]]:
-    out: dict[int, list[Record]] = {}
-    for record in records:
-        out.setdefault(record.partition, []).append(record)
-    return out
-
-
-def _format_lag(lag: dict[int, int]) -> str:
-    return ", ".join(f"p{p}={n}" for p, n in sorted(lag.items())) or "none"
 
 
 def project(log: EventLog, state_dir: str | os.PathLike[str],

@@ -52,5 +52,10 @@ class Progress:
     def total_lag(self) -> int:
         return sum(self.lag.values())
 
+    @property
+    def lag_text(self) -> str:
+        """The lag as ``p0=N, p1=M`` (``none`` without partitions)."""
+        return ", ".join(f"p{p}={n}" for p, n in sorted(self.lag.items())) or "none"
+
 
 ProgressCallback = Callable[[Progress], None]

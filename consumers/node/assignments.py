@@ -22,15 +22,18 @@ class Assignments:
         self.log = log
 
     def assigned(self, partitions: Sequence[int]) -> Mapping[int, int]:
-        """Fence earlier owners (before reading what they published), restore or resume
-        each partition, and let the gate hold requests until it caught up."""
+        """Fence earlier owners (before reading what they published), resume each partition
+        or start its restore (in the background), and let the gate hold requests until it
+        caught up."""
         if self.publisher is not None:
             self.publisher.take(partitions)
         starts = self.projector.assigned(partitions)
+        pending = self.projector.restoring()  # opened once restored: gate.opened
         ends = self.log.end_offsets(EVENTS)
         halted = self.projector.guard.halted()  # a standby copy halted before its promotion
         for partition in partitions:
-            self.gate.assigned(partition, starts[partition], ends.get(partition, 0))
+            self.gate.assigned(partition, starts[partition], ends.get(partition, 0),
+                               pending=partition in pending)
             if partition in halted:
                 self.gate.halt(partition, halted[partition])
         return starts

@@ -41,6 +41,7 @@ class _Partition:
     serving: bool = False
     reported: float = 0.0  # monotonic time progress was last logged
     halted: str | None = None  # why it never serves here
+    pending: bool = False  # being restored from the changelog (in the background)
 
     @property
     def status(self) -> Status:
@@ -61,17 +62,31 @@ class PartitionGate:
 
     # -- the projector's side ------------------------------------------------------------
 
-    def assigned(self, partition: int, position: int, target: int) -> None:
+    def assigned(self, partition: int, position: int, target: int, *,
+                 pending: bool = False) -> None:
         """``partition`` is ours, applied up to ``position``; it serves once it reaches
-        ``target`` (the log end offset now)."""
+        ``target`` (the log end offset now). A ``pending`` partition is being restored from
+        the changelog: it serves only after :meth:`opened`, whatever its position."""
         now = time.monotonic()
         with self._cond:
-            self._parts[partition] = _Partition(position, target, position, now, reported=now)
-        if position >= target:
+            self._parts[partition] = _Partition(position, target, position, now, reported=now,
+                                                pending=pending)
+        if not pending and position >= target:
             self._restored(partition)
         else:
-            logger.info("partition %d restoring: %d records to apply (offset %d to %d)",
-                        partition, target - position, position, target)
+            logger.info("partition %d restoring: %s%d records to apply (offset %d to %d)",
+                        partition, "the changelog, then " if pending else "",
+                        max(0, target - position), position, target)
+
+    def opened(self, partition: int, position: int) -> None:
+        """The pending ``partition``'s restore from the changelog ended: applied up to
+        ``position`` (projector thread)."""
+        with self._cond:
+            part = self._parts.get(partition)
+            if part is None:
+                return
+            part.pending = False
+        self.applied(partition, position)
 
     def applied(self, partition: int, position: int) -> None:
         """Everything of ``partition`` below ``position`` is applied (projector thread)."""
@@ -81,7 +96,7 @@ class PartitionGate:
             if part is None:
                 return
             part.position = position
-            done = not part.serving and not part.halted and position >= part.target
+            done = not (part.serving or part.halted or part.pending) and position >= part.target
             if not part.serving and not done:
                 now = time.monotonic()
                 if now - part.reported >= self.progress_every_s:

@@ -128,7 +128,8 @@ class Node:
         self.reader: StoreReader = self.store.reader(self.partition_for, self.gate.serving)
         self.projector = self._open(Projector(self.logs["projector"], self.store, s.projector,
                                               on_applied=self.gate.applied,
-                                              on_halt=self.gate.halt))
+                                              on_halt=self.gate.halt, background_restores=True,
+                                              on_opened=self.gate.opened))
         changelog = self.logs["projector"].changelog()
         self.publisher = None if changelog is None else self._open(
             # the projector's writers, not the store's: a partition still being opened (its
