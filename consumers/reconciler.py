@@ -5,6 +5,9 @@ since the command was issued, asks the provider what it knows, and appends the a
 recovery table (:mod:`consumers.table`) names. It writes as a :class:`Worker` with its own
 worker id and always claims a new fencing epoch before writing, so a paused pre-crash
 worker is fenced off, and a re-dispatch carries the original key, payload and the new epoch.
+The claim (or a policy's RETRY) is written on exactly the state the verdict was taken on:
+a key that moved meanwhile (a worker dispatched, another reconciler acted, a person decided)
+is skipped, never claimed over on a verdict about an older state.
 """
 
 from __future__ import annotations
@@ -21,9 +24,17 @@ from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
 from effectlog.errors import BackendUnavailable, CodecError, Conflict, EffectlogError, WrongLog
 from effectlog.log.base import COMMANDS, EventLog
-from effectlog.machine import advance
+from effectlog.machine import advance, payload_hash_of_bytes
 from effectlog.metrics import Metrics
-from effectlog.model import LOOKUP, REDISPATCH, Decision, EffectEvent, State, Transition
+from effectlog.model import (
+    LOOKUP,
+    REDISPATCH,
+    Approval,
+    Decision,
+    EffectEvent,
+    State,
+    Transition,
+)
 from effectlog.provider import (
     LookupResult,
     LookupStatus,
@@ -210,9 +221,13 @@ class Reconciler:
             return self._route_to_worker(current, verdict.reason)
         if action is Action.POLICY_RETRY:
             policy = self.settings.policy
-            w.approve(key, Decision.RETRY, policy.actor, policy.reason(current.kind))
+            w.write(advance(current, Transition.APPROVE, w.worker_id, approval=Approval(
+                Decision.RETRY, policy.actor, policy.reason(current.kind))))
             return self._dispatch(key, payload)
-        w.claim(key)  # a new epoch before writing anything fences out the previous owner
+        # a new epoch before writing anything fences out the previous owner; written on the
+        # state decided on (refused as a Conflict once the key moved: SKIP)
+        transition = Transition.RESERVE if current.state is State.CREATED else Transition.CLAIM
+        w.write(advance(current, transition, w.worker_id))
         if action is Action.RECORD:
             assert lookup is not None and lookup.outcome is not None
             outcome = lookup.outcome
@@ -262,12 +277,15 @@ class Reconciler:
 
     def _payload(self, current: EffectEvent) -> tuple[bool, Any]:
         """(found, payload): the original payload from the CREATE event, unless it is
-        kept off the log (payload_ref)."""
+        kept off the log (payload_ref). Only bytes that hash to the effect's payload hash are
+        taken: a CREATE the rules rejected for bytes that do not match it is not the
+        effect's payload."""
         if current.payload_ref is not None:
             return False, None
         for event in self.worker.history(current.idempotency_key):
             if event.transition is Transition.CREATE and event.payload is not None \
-                    and event.payload_hash == current.payload_hash:
+                    and event.payload_hash == current.payload_hash \
+                    and payload_hash_of_bytes(event.payload) == current.payload_hash:
                 return True, json.loads(event.payload.decode("utf-8"))
         return False, None
 
