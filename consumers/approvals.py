@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from consumers.commands import ReconciliationCommand
 from effectlog.errors import BackendUnavailable, IllegalTransition, InvalidInput, NotFound
 from effectlog.log.base import COMMANDS, EventLog
-from effectlog.model import Decision, EffectEvent, State
+from effectlog.machine import advance
+from effectlog.model import Approval, Decision, EffectEvent, State, Transition
 from effectlog.text import check_free_text
 from effectlog.worker import Worker
 from effectlog.worker.core import MAX_WORKER_ID
@@ -28,13 +29,19 @@ DECIDABLE = frozenset({State.UNKNOWN, State.AWAITING_APPROVAL})
 
 
 def approve(log: EventLog, key: str, decision: Decision | str, by: str, reason: str, *,
-            judge: Judge | None = None) -> EffectEvent:
+            judge: Judge | None = None, seen_epoch: int | None = None) -> EffectEvent:
     """Append the decision on ``key`` as an APPROVE event written by ``approval:<by>``,
-    judged as any write (by ``judge`` on a log without compare-and-append).
+    judged as any write (by ``judge`` on a log without compare-and-append), on exactly the
+    state read here: a key that moves before the decision is written refuses it.
+
+    ``seen_epoch`` is the fencing epoch of the state the person decided on (the console's
+    page, ``approve --epoch``): a key that moved on since (a first RETRY re-dispatched it,
+    and it is in doubt again) refuses the decision, so a form sent twice, or by two people,
+    never retries twice.
 
     Raises :class:`NotFound` for an unknown key, :class:`IllegalTransition` when the key is
-    not UNKNOWN or AWAITING_APPROVAL, :class:`InvalidInput` for a bad decision or empty
-    ``by``/``reason``.
+    not UNKNOWN or AWAITING_APPROVAL or not at ``seen_epoch``, :class:`InvalidInput` for a
+    bad decision or empty ``by``/``reason``.
     """
     try:
         choice = Decision(decision.upper()) if isinstance(decision, str) else decision
@@ -51,7 +58,12 @@ def approve(log: EventLog, key: str, decision: Decision | str, by: str, reason: 
     if current.state not in DECIDABLE:
         raise IllegalTransition(f"{key} is {current.state.value}: only UNKNOWN or "
                                 "AWAITING_APPROVAL effects take a decision")
-    event = worker.approve(key, choice, by.strip(), reason.strip())
+    if seen_epoch is not None and current.fencing_epoch != seen_epoch:
+        raise IllegalTransition(f"{key} moved on since the decision was made: it is "
+                                f"{current.state.value} at epoch {current.fencing_epoch}, the "
+                                f"decision was about epoch {seen_epoch}; look at it again")
+    event = worker.write(advance(current, Transition.APPROVE, worker.worker_id,
+                                 approval=Approval(choice, by.strip(), reason.strip())))
     logger.info("%s: %s by %s (%s)", key, choice.value, by, reason)
     if choice is Decision.RETRY:
         ask_reconciler(log, event)

@@ -65,17 +65,20 @@ class ConsoleLog:
                 published = read_published(log, [partition], key)
             return judge_records(records, log.compacted, published)
 
-    def decide(self, key: str, decision: str, by: str, reason: str) -> EffectEvent:
-        """Append the decision (see :func:`consumers.approvals.approve` for its errors)."""
+    def decide(self, key: str, decision: str, by: str, reason: str,
+               seen_epoch: int | None = None) -> EffectEvent:
+        """Append the decision on the state at ``seen_epoch`` (see
+        :func:`consumers.approvals.approve` for its errors)."""
         with self._lock:
             log = self._opened()
             if log.conditional:
-                return approve(log, key, decision, by, reason)
+                return approve(log, key, decision, by, reason, seen_epoch=seen_epoch)
             from effectlog.judge.client import ClusterJudge
 
             judge = ClusterJudge(self.judge_url)  # this node's judge, which forwards
             try:
-                return approve(log, key, decision, by, reason, judge=judge)
+                return approve(log, key, decision, by, reason, judge=judge,
+                               seen_epoch=seen_epoch)
             finally:
                 judge.close()
 

@@ -256,8 +256,9 @@ class _Console:
             fields["by"] = self.auth.user(request) or ""
         kept = {"by": fields["by"], "reason": fields["reason"]}
         try:
+            seen_epoch = _seen_epoch(str(form.get("epoch", "")))
             event = await asyncio.to_thread(self.log.decide, key, fields["decision"],
-                                            fields["by"], fields["reason"])
+                                            fields["by"], fields["reason"], seen_epoch)
         except (InvalidInput, Conflict) as exc:
             return await self.effect(request, status=_status(exc), form_error=str(exc),
                                      form=kept)
@@ -294,6 +295,15 @@ class _Console:
         response = web.HTTPSeeOther("/")
         response.del_cookie(COOKIE, path="/")
         raise response
+
+
+def _seen_epoch(text: str) -> int:
+    """The epoch of the state the decision form was shown for (required: a decision is
+    about the state its page showed, never about whatever the key is when the form lands)."""
+    if not text.strip().isdigit():
+        raise InvalidInput("the decision form carries no epoch of the state it was made on: "
+                           "reload the page and decide again")
+    return int(text)
 
 
 def _status(exc: EffectlogError) -> int:

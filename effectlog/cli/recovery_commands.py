@@ -16,6 +16,7 @@ import click
 
 from effectlog.cli.context import EXIT_UNAVAILABLE, CliContext, emit_json, fail
 from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput
+from effectlog.keys import MAX_FENCING_EPOCH
 
 if TYPE_CHECKING:
     from consumers.policy import ApprovalPolicy
@@ -202,10 +203,13 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
 @click.option("--server", envvar="EFFECTLOG_SERVER", default=None, metavar="URL",
               help="The judge of the decision: serve instances (comma-separated; env "
                    "EFFECTLOG_SERVER). Needed on Kafka, where the log has no compare-and-append.")
+@click.option("--epoch", "seen_epoch", type=click.IntRange(0, MAX_FENCING_EPOCH), default=None,
+              help="The fencing epoch of the state you decided on (from `get`): refused "
+                   "(exit 3) if the effect moved on since, e.g. a first retry already ran.")
 @click.option("--json", "as_json", is_flag=True, help="Print the APPROVE event as JSON.")
 @click.pass_obj
 def approve(obj: CliContext, key: str, decision: str, by: str, reason: str,
-            server: str | None, as_json: bool) -> None:
+            server: str | None, seen_epoch: int | None, as_json: bool) -> None:
     """Decide on an effect in UNKNOWN or AWAITING_APPROVAL: retry (same key) or abandon."""
     from consumers.approvals import approve as append_decision
     from effectlog.keys import validate_key
@@ -216,7 +220,8 @@ def approve(obj: CliContext, key: str, decision: str, by: str, reason: str,
     try:
         log.verify()
         judge = _judge(log, server, obj.timeout_s)
-        event = append_decision(log, key, decision, by, reason, judge=judge)
+        event = append_decision(log, key, decision, by, reason, judge=judge,
+                                seen_epoch=seen_epoch)
     finally:
         if judge is not None:
             judge.close()

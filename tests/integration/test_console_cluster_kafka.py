@@ -100,9 +100,11 @@ def test_either_member_serves_the_whole_console(kafka_url: str, tmp_path: Path) 
         cookie = login.headers["Set-Cookie"].split(";", 1)[0]
         form = HTTP.request("GET", key_page, headers={"Cookie": cookie}).data.decode("utf-8")
         csrf = re.search(r'name="csrf" value="([^"]+)"', form)
-        assert csrf is not None
+        epoch = re.search(r'name="epoch" value="(\d+)"', form)
+        assert csrf is not None and epoch is not None
         decided = HTTP.request("POST", key_page, encode_multipart=False, redirect=False,
                                fields={"decision": "abandon", "by": "Ravi", "csrf": csrf.group(1),
+                                       "epoch": epoch.group(1),
                                        "reason": "customer cancelled the order"},
                                headers={"Origin": first.url, "Cookie": cookie})
         assert decided.status == 303, decided.data[:500]

@@ -103,9 +103,14 @@ def test_cli_approve_shows_in_history_and_maps_exit_codes(tmp_path: Path) -> Non
     worker = Worker(log, "w1")
     doubt = stuck(worker, "c1", State.AWAITING_APPROVAL)
     busy = stuck(worker, "c2", State.DISPATCHED)
+    seen = worker.get(doubt)
+    assert seen is not None
     log.close()
+    moved = cli(tmp_path, "approve", doubt, "--decision", "retry", "--by", "carol",
+                "--reason", "ticket #42", "--epoch", str(seen.fencing_epoch - 1))
+    assert moved.returncode == 3 and "moved on since the decision was made" in moved.stderr
     done = cli(tmp_path, "approve", doubt, "--decision", "retry", "--by", "carol",
-               "--reason", "ticket #42", "--json")
+               "--reason", "ticket #42", "--epoch", str(seen.fencing_epoch), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "RESERVED"
     history = cli(tmp_path, "history", doubt, "--json")

@@ -147,10 +147,11 @@ def test_a_decision_is_recorded_under_the_logged_in_name_and_says_what_comes_nex
     _, page = _get(http, page_url, Cookie=cookie)
     assert '<b id="deciding-as">ada</b>' in page and 'name="by"' not in page
     csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    epoch = re.search(r'name="epoch" value="(\d+)"', page).group(1)  # type: ignore[union-attr]
+    fields = {"decision": "retry", "by": "somebody else", "csrf": csrf, "epoch": epoch,
+              "reason": "Stripe: no charge under this key"}
     done = http.request("POST", page_url, redirect=False, encode_multipart=False,
-                        fields={"decision": "retry", "by": "somebody else", "csrf": csrf,
-                                "reason": "Stripe: no charge under this key"},
-                        headers={"Origin": node.url, "Cookie": cookie})
+                        fields=fields, headers={"Origin": node.url, "Cookie": cookie})
     assert done.status == 303
     current = LogView(log).current(workload.payment)
     assert current is not None and current.approval is not None
@@ -162,6 +163,25 @@ def test_a_decision_is_recorded_under_the_logged_in_name_and_says_what_comes_nex
         in found.group(1), after
     assert "recovery takes it up at" in found.group(1)
     assert "120s after the decision" in found.group(1) and "epoch 2" in found.group(1)
+
+
+def test_a_decision_form_is_about_the_state_its_page_showed(
+        node: Node, http: urllib3.PoolManager, log: EventLog, workload: Workload) -> None:
+    cookie = _login(http, node, "ada", PASSWORD)
+    assert cookie is not None
+    page_url = f"{node.url}/effects/{quote(workload.payment, safe='')}"
+    _, page = _get(http, page_url, Cookie=cookie)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    before = LogView(log).current(workload.payment)
+    assert before is not None
+    for epoch, status, says in (("", 400, "reload the page"),
+                                (str(before.fencing_epoch + 5), 409, "moved on since")):
+        sent = http.request("POST", page_url, redirect=False, encode_multipart=False,
+                            fields={"decision": "abandon", "csrf": csrf, "epoch": epoch,
+                                    "reason": "a stale form"},
+                            headers={"Origin": node.url, "Cookie": cookie})
+        assert sent.status == status and says in sent.data.decode("utf-8")
+    assert LogView(log).current(workload.payment) == before  # nothing written
 
 
 def test_next_steps_name_who_sends_a_retry_and_when() -> None:

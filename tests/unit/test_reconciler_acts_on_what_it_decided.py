@@ -1,4 +1,4 @@
-"""The reconciler acts on exactly the state it decided on.
+"""The reconciler, and a person deciding, act on exactly the state they decided on.
 
 Its claim (or a policy's RETRY) is written on the snapshot the recovery table's verdict was
 taken on; a key that moved meanwhile (a worker dispatched, another reconciler acted, a
@@ -20,12 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from consumers.approvals import approve
 from consumers.bookkeeping import CommandLedger, OffsetStore, consumer_db_path
 from consumers.providers.fake import FakeProvider
 from consumers.reconciler import Reconciler, ReconcilerSettings
 from consumers.recovery import RecoveryConsumer, RecoverySettings
 from consumers.table import Action
 from effectlog.codec import event_codec
+from effectlog.errors import IllegalTransition
 from effectlog.log import open_log
 from effectlog.log.base import EVENTS
 from effectlog.machine import new_effect
@@ -192,7 +196,6 @@ def test_approved_retry_redelivered_job_and_reconciler_both_call(tmp_path: Path)
     (needed for RESERVED after a retry) is slow, the worker's provider call is in flight when
     the reconciler claims: the claim is rebuilt over the worker's DISPATCHED and the
     reconciler dispatches too."""
-    from consumers.approvals import approve
     from consumers.commands import ReconciliationCommand
     from effectlog.log.base import COMMANDS
 
@@ -264,3 +267,31 @@ def test_redispatch_uses_only_the_accepted_create(tmp_path: Path) -> None:
     handled = reconciler(log, provider, tmp_path, "a").run_once()
     print(handled, seen)
     assert seen == [genuine], f"re-dispatched with {seen}, the effect's payload is {genuine}"
+
+
+def test_a_decision_sent_twice_is_refused_once_the_effect_moved_on(tmp_path: Path) -> None:
+    """A person's RETRY is about the state their page showed (the console's form carries
+    its epoch; `approve --epoch`): the same form sent again after the first retry's call went
+    in doubt again is refused, not a second retry."""
+    log = open_log(f"sqlite:///{tmp_path}/log.db")
+    provider = CountingProvider(tmp_path / "provider.db", lookup_complete=True)
+    worker = Worker(log, "crashed-worker")
+    key = stuck(worker, "pay-1", State.UNKNOWN, kind="payment.charge", target="acct:42")
+    rec = reconciler(log, provider, tmp_path, "a")
+    issue_commands(log, tmp_path)
+    provider.inner.inject_lookup_outage(1)
+    rec.run_once()  # lookup unavailable: AWAITING_APPROVAL
+    shown = worker.get(key)
+    assert shown is not None and shown.state is State.AWAITING_APPROVAL
+    approve(log, key, "retry", "alice", "bank says no charge", seen_epoch=shown.fencing_epoch)
+    provider.inner.inject_timeout_after_accept(1)  # the retry's call lands; its reply is lost
+    rec.run_once()
+    assert worker.get(key).state is State.UNKNOWN  # type: ignore[union-attr]
+    before = len(worker.history(key))
+    with pytest.raises(IllegalTransition, match="moved on since the decision was made"):
+        approve(log, key, "retry", "alice", "bank says no charge",
+                seen_epoch=shown.fencing_epoch)
+    assert len(worker.history(key)) == before  # nothing written
+    provider.inner.inject_lookup_outage(1)
+    rec.run_once()
+    assert provider.calls[key] == 1
