@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from effectlog.errors import BackendUnavailable
+from effectlog.errors import BackendUnavailable, WrongLog
 from projections.store import PartitionWriter
 
 logger = logging.getLogger(__name__)
@@ -116,8 +116,8 @@ class BackgroundRestores:
             try:
                 return self.restore(job.partition, job.stop)
             except BackendUnavailable as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
+                if isinstance(exc, WrongLog) or time.monotonic() + pause > deadline:
+                    raise  # a wrong log does not come right by waiting
                 logger.warning("partition %d: restore failed (%s); trying again in %.2gs",
                                job.partition, exc, pause)
                 if job.stop.wait(pause):

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.log.changelog import Change, Changelog
 from projections.background import BackgroundRestores, RestoreCancelled, RestoreJob
-from projections.checkpoint import Checkpoint
+from projections.checkpoint import Checkpoint, check_partition_count
 from projections.progress import logged
 from projections.store import PartitionWriter, ProjectionStore
 
@@ -52,7 +52,10 @@ def restore_needed(writer: PartitionWriter, log: EventLog, changelog: Changelog 
         writer.trust_first = gaps_accepted and log.compacted and writer.next_offset == 0
         writer.publish_all()
         return None
-    published = Checkpoint.decode(raw).applied
+    checkpoint = Checkpoint.decode(raw)
+    check_partition_count(checkpoint.partitions, log.partitions(EVENTS),
+                          f"partition {writer.partition}'s changelog")
+    published = checkpoint.applied
     if published == writer.next_offset:
         return None  # this copy is exactly what was last published
     logger.info("partition %d restoring from the changelog: stored up to offset %d, "

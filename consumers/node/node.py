@@ -45,8 +45,10 @@ from effectlog.log.base import EVENTS, EventLog
 from effectlog.metrics import Metrics
 from effectlog.provider import Provider
 from effectlog.redact import redact_url
+from projections.checkpoint import check_changelog_partitions, check_partition_count
 from projections.paging import ANYTHING, Filters, Page, merge_pages, read_page
 from projections.projector import Projector, ProjectorSettings
+from projections.rocksdb.layout import current_generation, partition_count
 from projections.rocksdb.store import RocksProjectionStore, StoreReader
 from projections.store import Cursor
 
@@ -124,6 +126,9 @@ class Node:
         self.logs["work"].connect()  # the producer id now: no first command or outcome pays
         self._lock_state_dir()
         self.partition_count = api_log.partitions(EVENTS)
+        # a topic grown since this projection was made is refused before joining the group
+        check_partition_count(partition_count(current_generation(s.state_dir)),
+                              self.partition_count, f"the projection in {s.state_dir}")
         self.store = RocksProjectionStore(s.state_dir, s.projector.cache_size)
         self.reader: StoreReader = self.store.reader(self.partition_for, self.gate.serving)
         self.projector = self._open(Projector(self.logs["projector"], self.store, s.projector,
@@ -131,12 +136,15 @@ class Node:
                                               on_halt=self.gate.halt, background_restores=True,
                                               on_opened=self.gate.opened))
         changelog = self.logs["projector"].changelog()
+        if changelog is not None:  # a topic grown since the last publication is refused
+            check_changelog_partitions(changelog, self.partition_count)
         self.publisher = None if changelog is None else self._open(
             # the projector's writers, not the store's: a partition still being opened (its
             # copy not yet checked against the changelog, or being restored) is not published
             Publisher(changelog, self.projector.writers, api_log.identity(),
                       retake_after_s=max(RETAKE_AFTER_S, 3 * s.session_timeout_ms / 1000),
-                      held=lambda partition: self.membership.owners().get(partition) == self.url))
+                      held=lambda partition: self.membership.owners().get(partition) == self.url,
+                      partitions=self.partition_count))
         if s.http_port is not None:
             self.server = HttpServer(s.http_host, s.http_port)
         self.url = s.advertise or (self.server.url if self.server else "local:")

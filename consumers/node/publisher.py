@@ -51,8 +51,10 @@ class Publisher:
                  log_id: str | None, interval_s: float = PUBLISH_EVERY_S,
                  retake_after_s: float = RETAKE_AFTER_S,
                  held: Callable[[int], bool] = lambda partition: True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 partitions: int | None = None) -> None:
         self.changelog = changelog
+        self.partitions = partitions  # the events topic's count, carried by each checkpoint
         self.writers = writers
         self.held = held
         self.log_id = log_id
@@ -147,7 +149,7 @@ class Publisher:
                 self._current[partition] = self._clock()
                 return False
             try:
-                owner.publish(changes.changes, changes.checkpoint(self.log_id))
+                owner.publish(changes.changes, changes.checkpoint(self.log_id, self.partitions))
             except Fenced as exc:
                 logger.warning("%s; taking it again in %gs if this member still holds it",
                                exc, self.retake_after_s)

@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 
 from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.private_fs import make_private_dirs
+from projections.checkpoint import check_partition_count
 
 if TYPE_CHECKING:
     import logging
@@ -230,10 +231,13 @@ def partitions_in(generation: Path | None) -> list[int]:
 
 
 def record_partition_count(generation: Path, count: int) -> None:
-    """Remember that the events topic has ``count`` partitions (written once, atomically)."""
+    """Remember that the events topic has ``count`` partitions (written once, atomically);
+    a projection made with another count is refused (:class:`WrongLog`)."""
     target = generation / _PARTITIONS
-    if partition_count(generation) == count:
+    recorded = partition_count(generation)
+    if recorded == count:
         return
+    check_partition_count(recorded, count, f"the projection {generation}")
     scratch = generation / f".{_PARTITIONS}.{os.getpid()}"
     scratch.write_text(f"{count}\n", encoding="ascii")
     os.replace(scratch, target)

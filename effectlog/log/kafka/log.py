@@ -184,7 +184,10 @@ class KafkaLog(EventLog):
     def _check_partitions(self, name: str, found: int) -> None:
         if found != self.settings.partitions:
             raise Conflict(f"kafka topic {name} has {found} partitions but the log URL says "
-                           f"{self.settings.partitions}: add partitions={found} to the URL")
+                           f"{self.settings.partitions}: if it was created with {found}, add "
+                           f"partitions={found} to the URL; a topic grown after effects were "
+                           "written cannot be used (keys move to partitions without their "
+                           "history): write to a new topic prefix")
 
     def _ensure_writer_topic(self, name: str, handle: AppendProducer) -> None:
         """Check once per producer that ``name`` exists with the configured partition count
