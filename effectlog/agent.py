@@ -167,9 +167,11 @@ def effect(kind: str, *, target: str | ArgsTo, operation_id: ArgsTo | None = Non
 
     ``target`` (and ``operation_id``, ``payload_ref``) may be a function of the call's
     arguments by name, e.g. ``target=lambda to, **_: f"mailto:{to}"``. The operation id is
-    the call's ``operation_id=`` keyword if given, else ``operation_id(**arguments)``, else
-    the next number of the active :func:`run`. The payload is the canonical JSON of the bound
-    arguments except ``exclude`` (not part of the effect: clients, credentials, ``self``).
+    the call's ``operation_id=`` keyword if given (or, when the function takes an
+    ``operation_id`` parameter, its value however it was passed, its default included), else
+    ``operation_id(**arguments)``, else the next number of the active :func:`run`. The
+    payload is the canonical JSON of the bound arguments except ``exclude`` (not part of the
+    effect: clients, credentials, ``self``).
     ``secret`` arguments belong to the effect (they are in the payload hash) but must not
     sit on the log: the payload is then kept off it and the effect carries ``payload_ref``
     (default ``withheld:<names>``) instead.
@@ -271,10 +273,12 @@ class _Plan:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
         """One call as an effect: its operation id (a run's next number), target, payload."""
-        pinned = kwargs.get(OPERATION_ID) if self.takes_id else kwargs.pop(OPERATION_ID, None)
+        pinned = None if self.takes_id else kwargs.pop(OPERATION_ID, None)
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         named = dict(bound.arguments)
+        if self.takes_id:  # the function's own parameter: by keyword, by position or default
+            pinned = named.get(OPERATION_ID)
         target = self.target(**named) if callable(self.target) else self.target
         op = pinned if pinned is not None else (
             self.operation_id(**named) if self.operation_id is not None else None)

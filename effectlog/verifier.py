@@ -81,9 +81,10 @@ class HistoryVerifier:
     Beyond :func:`~effectlog.machine.check` (the projector's verdict), it flags two
     invariants by name: ``payload_hash_changed`` (one key, two payloads) and
     ``epoch_regression`` (a fencing epoch below the key's accepted one). Without
-    ``published``, a key's first event must be its CREATE (``missing_create`` otherwise)
-    unless ``trust_first`` is set, as for a time window: then the first event, which carries
-    the key's full snapshot, becomes the baseline. With ``published`` (partition ->
+    ``published``, a key's first event must be its CREATE (``missing_create`` otherwise: the
+    event is rejected and the fold does not start from it, as the projector's) unless
+    ``trust_first`` is set, as for a time window: then the first event, which carries the
+    key's full snapshot, becomes the baseline. With ``published`` (partition ->
     :class:`Published`), records of those partitions are judged as described in the module
     docstring. A rejected event never advances the fold.
     """
@@ -190,7 +191,7 @@ class HistoryVerifier:
         try:
             check(current, event)
         except (Conflict, InvalidInput) as exc:
-            if not baseline and current is None:
+            if current is None and not (baseline and self.trust_first):
                 self._first_hash.pop(key, None)  # as the projector: nothing accepted yet
             return violation(rule_broken(exc), str(exc))
         # The fold never needs payload bytes again (later events carry only the hash).
@@ -221,13 +222,16 @@ class HistoryVerifier:
         if not bound:
             return Violation(record.position, key, "payload_mismatch",
                              "key does not match its operation, kind and target")
-        self._current[key] = event
         self.partial_keys.add(key)
         if self.trust_first:
+            self._current[key] = event
             return None
+        # As the projector (machine.fold): rejected, so neither the fold nor the payload hash
+        # starts from it; the key's CREATE, if it comes later, is judged on its own.
+        self._first_hash.pop(key, None)
         return Violation(record.position, key, "missing_create",
                          f"history starts with {event.transition.value}: the earlier events "
-                         "were compacted away or never written (taken as the baseline)")
+                         "were compacted away or never written (rejected: no CREATE before it)")
 
     # -- below a publication ----------------------------------------------------------------
 

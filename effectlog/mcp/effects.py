@@ -27,7 +27,7 @@ from effectlog.errors import EffectlogError, InvalidInput, PayloadMismatch
 from effectlog.keys import make_key
 from effectlog.mcp import results
 from effectlog.mcp.config import ToolEffect
-from effectlog.mcp.operations import RUN_META, OperationIds
+from effectlog.mcp.operations import RUN_META, Operation, OperationIds
 from effectlog.mcp.upstream import (
     Upstream,
     UpstreamInDoubt,
@@ -40,12 +40,19 @@ from effectlog.worker import AsyncEffectCall, AsyncWorker, EffectInDoubt
 logger = logging.getLogger(__name__)
 
 
-
 class _Retry:
     """What :meth:`EffectCaller._perform` returns when the call should be made once more."""
 
 
 RETRY = _Retry()
+
+
+class _NothingSent(Exception):
+    """The log refused or failed before the upstream was called."""
+
+    def __init__(self, error: EffectlogError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class EffectCaller:
@@ -63,7 +70,7 @@ class EffectCaller:
             return results.refused("arguments must be an object")
         try:
             target = effect.target.render(arguments)
-            operation = self.ids.for_call(effect, params, target)
+            wanted = self.ids.resolve(effect, params, target)
             payload = effect.payload(arguments)
         except InvalidInput as exc:
             return results.refused(str(exc))
@@ -71,41 +78,53 @@ class EffectCaller:
             await self.upstream.session()  # connect before anything is written
         except UpstreamUnavailable as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=f"{exc}; nothing was sent") from exc
+        operation = self.ids.take(wanted)  # a run number only for an effect about to be written
         with anyio.CancelScope(shield=True):  # once dispatched, the outcome is recorded
-            answer = await self._perform(effect, params, operation.operation_id, target, payload)
-            if isinstance(answer, _Retry):  # approved for a retry since this worker saw it
-                answer = await self._perform(effect, params, operation.operation_id, target,
-                                             payload, again=True)
+            try:
+                answer = await self._perform(effect, params, operation, target, payload)
+                if isinstance(answer, _Retry):  # approved for a retry since this worker saw it
+                    answer = await self._perform(effect, params, operation, target, payload,
+                                                 again=True)
+            except _NothingSent as exc:
+                self.ids.give_back(wanted, operation)  # the agent's retry meets the same key
+                raise MCPError(code=types.INTERNAL_ERROR,
+                               message=f"effectlog: {exc.error}; nothing was sent") from exc.error
         assert isinstance(answer, types.CallToolResult)
         return answer
 
-    async def _perform(self, effect: ToolEffect, params: Mapping[str, Any], operation_id: str,
-                       target: str, payload: dict[str, Any], *, again: bool = False
-                       ) -> types.CallToolResult | _Retry:
+    async def _perform(self, effect: ToolEffect, params: Mapping[str, Any],
+                       operation: Operation, target: str, payload: dict[str, Any], *,
+                       again: bool = False) -> types.CallToolResult | _Retry:
         sent: AsyncEffectCall | None = None
         try:
-            async with self.worker.effect(operation_id, effect.kind, target, payload,
+            async with self.worker.effect(operation.operation_id, effect.kind, target, payload,
                                           payload_ref=effect.payload_ref) as call:
                 if call.done:
-                    return results.replay(call.event, effect)
+                    return results.replay(call.event, effect, operation)
                 sent = call
                 return await self._send(effect, params, call)
         except EffectInDoubt as exc:
-            return await self._settled_since(exc.event, effect, again)
+            return await self._settled_since(exc.event, effect, operation, again)
         except PayloadMismatch as exc:
             return results.refused(f"this operation was already called with other arguments "
-                                   f"({exc})", key=_key(operation_id, effect, target))
+                                   f"({exc})", key=_key(operation.operation_id, effect, target))
         except UpstreamInDoubt as exc:
             assert sent is not None
             current = await self._current(sent)
-            return results.in_doubt(current, effect, f"no answer from the upstream: {exc}")
+            return results.in_doubt(current, effect, f"no answer from the upstream: {exc}",
+                                    operation)
+        except UpstreamUnavailable as exc:  # the reconnect failed after the dispatch was logged
+            assert sent is not None
+            current = await self._current(sent)
+            return results.in_doubt(current, effect, f"the upstream could not be reached after "
+                                    f"the dispatch was logged: {exc}", operation)
         except EffectlogError as exc:
             if sent is None:  # the log refused or failed before anything was sent
-                raise MCPError(code=types.INTERNAL_ERROR,
-                               message=f"effectlog: {exc}; nothing was sent") from exc
+                raise _NothingSent(exc) from exc
             logger.warning("%s: the answer could not be recorded: %s", sent.key, exc)
             current = await self._current(sent)
-            return results.in_doubt(current, effect, f"the answer could not be recorded: {exc}")
+            return results.in_doubt(current, effect, f"the answer could not be recorded: {exc}",
+                                    operation)
 
     async def _send(self, effect: ToolEffect, params: Mapping[str, Any],
                     call: AsyncEffectCall) -> types.CallToolResult:
@@ -122,7 +141,7 @@ class EffectCaller:
             event = await call.succeeded(record)
         return results.tool_result(record, call.key, event.state, replayed=False)
 
-    async def _settled_since(self, event: EffectEvent, effect: ToolEffect,
+    async def _settled_since(self, event: EffectEvent, effect: ToolEffect, operation: Operation,
                              again: bool) -> types.CallToolResult | _Retry:
         """In doubt as the worker last saw it: read the key again, since a reconciler or a
         person may have settled it meanwhile (a long-lived worker keeps what it saw);
@@ -133,7 +152,7 @@ class EffectCaller:
             fresh = None
         if fresh is not None and fresh.state in (State.CREATED, State.RESERVED) and not again:
             return RETRY
-        return results.replay(fresh or event, effect)
+        return results.replay(fresh or event, effect, operation)
 
     async def _current(self, call: AsyncEffectCall) -> Any:
         """The key's state now, for the in-doubt answer (the dispatched event if unreadable)."""

@@ -9,6 +9,11 @@
 
 A value that is not a valid operation id (1-128 of ``[A-Za-z0-9._-]``) is used through its
 hash, so any client key maps to one stable operation id.
+
+A run number is taken only when the effect is about to be written (:meth:`OperationIds.take`,
+after the arguments and the upstream connection were checked), and given back when the log
+refused before anything was sent, so a call that sent nothing does not shift the numbers a
+restarted run with the same run id gives its calls.
 """
 
 from __future__ import annotations
@@ -35,6 +40,21 @@ class Operation:
 
     operation_id: str
     source: str
+
+    @property
+    def repeatable(self) -> bool:
+        """Whether the same call sent again meets this operation again: true for a client key
+        or an argument, false for a run number (a repeat takes the run's next number)."""
+        return self.source != "run"
+
+
+@dataclass(frozen=True, slots=True)
+class Numbered:
+    """A call the run numbers, not numbered yet: its run id, kind and target."""
+
+    run_id: str
+    kind: str
+    target: str
 
 
 def client_key(params: Mapping[str, Any]) -> str | None:
@@ -65,7 +85,13 @@ class OperationIds:
         self._lock = threading.Lock()
 
     def for_call(self, effect: ToolEffect, params: Mapping[str, Any], target: str) -> Operation:
-        """The operation of one raw ``tools/call`` of ``effect``'s tool on ``target``."""
+        """The operation of one raw ``tools/call`` of ``effect``'s tool on ``target``,
+        numbered at once when the run numbers it."""
+        return self.take(self.resolve(effect, params, target))
+
+    def resolve(self, effect: ToolEffect, params: Mapping[str, Any],
+                target: str) -> Operation | Numbered:
+        """Where the call's operation id comes from, checked, without taking a run number."""
         key = client_key(params)
         if key is not None:
             return Operation(as_operation_id(key), "client")
@@ -79,10 +105,28 @@ class OperationIds:
         meta = params.get("_meta")
         run = meta.get(RUN_META) if isinstance(meta, dict) else None
         run_id = self.run_id if run is None else checked_run_id(run)
+        return Numbered(run_id, effect.kind, target)
+
+    def take(self, wanted: Operation | Numbered) -> Operation:
+        """The operation: ``wanted`` itself, or the run's next number for it."""
+        if isinstance(wanted, Operation):
+            return wanted
+        slot = (wanted.run_id, wanted.kind, wanted.target)
         with self._lock:
-            n = self._counts.get((run_id, effect.kind, target), 0) + 1
-            self._counts[(run_id, effect.kind, target)] = n
-        return Operation(validate_operation_id(f"{run_id}.{n}"), "run")
+            n = self._counts.get(slot, 0) + 1
+            self._counts[slot] = n
+        return Operation(validate_operation_id(f"{wanted.run_id}.{n}"), "run")
+
+    def give_back(self, wanted: Operation | Numbered, taken: Operation) -> None:
+        """Return the number ``take`` gave ``wanted`` when no later call took one since, so
+        the next call meets the same key (a key is never unsafe to meet again)."""
+        if not isinstance(wanted, Numbered):
+            return
+        slot = (wanted.run_id, wanted.kind, wanted.target)
+        with self._lock:
+            n = self._counts.get(slot, 0)
+            if n and taken.operation_id == f"{wanted.run_id}.{n}":
+                self._counts[slot] = n - 1
 
 
 def checked_run_id(run_id: Any) -> str:

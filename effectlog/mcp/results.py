@@ -15,6 +15,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from effectlog.mcp.config import ToolEffect
+from effectlog.mcp.operations import CLIENT_KEY, Operation
 from effectlog.model import EffectEvent, State
 
 RESERVED_META = "io.modelcontextprotocol/"
@@ -54,7 +55,8 @@ def tool_result(record: Any, key: str, state: State, *, replayed: bool) -> types
     return result.model_copy(update={"meta": meta})
 
 
-def replay(event: EffectEvent, effect: ToolEffect) -> types.CallToolResult:
+def replay(event: EffectEvent, effect: ToolEffect,
+           operation: Operation | None = None) -> types.CallToolResult:
     """What a finished (or settled) effect gives a repeated call, without calling upstream."""
     key = event.idempotency_key
     if event.state in (State.SUCCEEDED, State.FAILED):
@@ -64,11 +66,13 @@ def replay(event: EffectEvent, effect: ToolEffect) -> types.CallToolResult:
         who = f" by {event.approval.by}: {event.approval.reason}" if event.approval else ""
         return _error(f"abandoned: effect {key} was abandoned{who}. It did not happen and will "
                       "not be sent.", key, event.state)
-    return in_doubt(event, effect)
+    return in_doubt(event, effect, operation=operation)
 
 
-def in_doubt(event: EffectEvent, effect: ToolEffect, reason: str = "") -> types.CallToolResult:
-    """The tool error for an effect that may or may not have happened."""
+def in_doubt(event: EffectEvent, effect: ToolEffect, reason: str = "",
+             operation: Operation | None = None) -> types.CallToolResult:
+    """The tool error for an effect that may or may not have happened; what calling again
+    does depends on where the call's ``operation`` id came from."""
     key, state = event.idempotency_key, event.state
     why = f" ({reason})" if reason else (f" ({event.error})" if event.error else "")
     if state is State.AWAITING_APPROVAL:
@@ -81,8 +85,20 @@ def in_doubt(event: EffectEvent, effect: ToolEffect, reason: str = "") -> types.
         nxt = (f"no lookup tool is configured, so a person decides: `effectlog approve {key} "
                "--decision retry|abandon` (or the web console)")
     return _error(f"in doubt: effect {key} is {state.value}{why}: the upstream may already have "
-                  f"performed it, so it is not sent again. Next: {nxt}. Call again with the same "
-                  "arguments to get its result once it is settled.", key, state)
+                  f"performed it, so it is not sent again. Next: {nxt}.{again(operation)}",
+                  key, state)
+
+
+def again(operation: Operation | None) -> str:
+    """What calling again does: meets the same effect (a client key or an argument names it),
+    or, for a call the run numbered, is a new effect unless the call passes the key."""
+    if operation is None:
+        return ""
+    if operation.repeatable:
+        return " Call again with the same arguments to get its result once it is settled."
+    return (f" Calling again is a NEW effect (the run numbered this call {operation.operation_id}"
+            f"): to get this one's result once it is settled, call again with {CLIENT_KEY} "
+            f"{operation.operation_id!r} in the params or _meta.")
 
 
 def refused(message: str, key: str | None = None) -> types.CallToolResult:

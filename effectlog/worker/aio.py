@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from effectlog.codec import Codec
+from effectlog.errors import Conflict
 from effectlog.log.base import EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 T = Transition
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncWorker(WorkerBase):
@@ -132,7 +136,8 @@ class AsyncWorker(WorkerBase):
         """Create, reserve and dispatch; the block performs the call and records it.
 
         An exception in the block (a cancellation too) marks the effect UNKNOWN
-        (``ProviderFailed`` records FAILED); leaving it without recording also does.
+        (``ProviderFailed`` records FAILED) and is raised again, also when the key was settled
+        meanwhile (then it is not marked); leaving the block without recording marks it too.
         """
         event, done = await self._run(self._core.begin(operation_id, kind, target, payload,
                                                        payload_ref))
@@ -147,10 +152,21 @@ class AsyncWorker(WorkerBase):
             raise
         except BaseException as exc:
             if call.outcome is None:
-                await self.unknown(call.key, unknown_reason(exc))
+                await self._unknown_for(call, exc)
             raise
         if call.outcome is None:
             await self.unknown(call.key, UNRECORDED)
+
+    async def _unknown_for(self, call: AsyncEffectCall, exc: BaseException) -> None:
+        """Mark the effect UNKNOWN for ``exc``, raised in the block. When the log refuses
+        because the key was settled or moved on meanwhile (the RECORD landed although the
+        caller was cancelled, or a reconciler got there first), the caller gets ``exc``
+        itself, not the refusal."""
+        try:
+            await self.unknown(call.key, unknown_reason(exc))
+        except Conflict as refusal:
+            logger.info("%s: not marked UNKNOWN after %s: %s", call.key, type(exc).__name__,
+                        refusal)
 
     async def perform(self, operation_id: str, kind: str, target: str, payload: Any,
                       fn: Callable[[AsyncEffectCall], Any], *,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from effectlog.codec import Codec
+from effectlog.errors import Conflict
 from effectlog.log.base import EVENTS, EventLog
 from effectlog.machine import DEFAULT_MAX_PAYLOAD_BYTES
 from effectlog.model import Decision, EffectEvent, State, Transition
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 T = Transition
+
+logger = logging.getLogger(__name__)
 
 
 def answer_log(log: EventLog, request: Request[Any], codec: Codec | None = None) -> Any:
@@ -169,7 +173,8 @@ class Worker(WorkerBase):
         """Create, reserve and dispatch; the block performs the call and records it.
 
         An exception in the block marks the effect UNKNOWN (``ProviderFailed`` records
-        FAILED); leaving the block without recording also marks it UNKNOWN.
+        FAILED) and is raised again, also when the key was settled meanwhile (then it is not
+        marked); leaving the block without recording also marks it UNKNOWN.
         """
         event, done = self._run(self._core.begin(operation_id, kind, target, payload,
                                                  payload_ref))
@@ -184,10 +189,21 @@ class Worker(WorkerBase):
             raise
         except BaseException as exc:
             if call.outcome is None:
-                self.unknown(call.key, unknown_reason(exc))
+                self._unknown_for(call, exc)
             raise
         if call.outcome is None:
             self.unknown(call.key, UNRECORDED)
+
+    def _unknown_for(self, call: EffectCall, exc: BaseException) -> None:
+        """Mark the effect UNKNOWN for ``exc``, raised in the block. When the log refuses
+        because the key was settled or moved on meanwhile (the RECORD landed although the
+        call raised after it, or a reconciler got there first), the caller gets ``exc``
+        itself, not the refusal."""
+        try:
+            self.unknown(call.key, unknown_reason(exc))
+        except Conflict as refusal:
+            logger.info("%s: not marked UNKNOWN after %s: %s", call.key, type(exc).__name__,
+                        refusal)
 
     def perform(self, operation_id: str, kind: str, target: str, payload: Any,
                 fn: Callable[[EffectCall], Any], *, payload_ref: str | None = None) -> Any:

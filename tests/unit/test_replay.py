@@ -276,10 +276,13 @@ def test_history_without_its_create_is_flagged_unless_windowed(clean: Filled) ->
     first = strict.observe(_record(1, events[1]), events[1])
     assert first is not None and first.reason == "missing_create"
     assert lenient.observe(_record(1, events[1]), events[1]) is None
-    for verifier in (strict, lenient):  # either way the rest of the key is checked normally
-        assert verifier.observe(_record(2, events[2]), events[2]) is None
-        dup = verifier.observe(_record(3, events[2]), events[2])
-        assert dup is not None and dup.reason == "duplicate"
+    # strict, as the projector: the rejected event is no baseline, so neither is what follows
+    then = strict.observe(_record(2, events[2]), events[2])
+    assert then is not None and then.reason == "missing_create"
+    assert lenient.observe(_record(2, events[2]), events[2]) is None  # checked from the baseline
+    dup = lenient.observe(_record(3, events[2]), events[2])
+    assert dup is not None and dup.reason == "duplicate"
+    for verifier in (strict, lenient):
         assert verifier.partial_keys == {key_of("op-a")}
 
 
