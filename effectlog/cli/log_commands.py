@@ -271,9 +271,11 @@ def topics_create(obj: CliContext, window: str, allow_short_lag: bool, strict: b
     history of an effect still being reconciled, so it is refused (exit 3).
 
     On a cluster of 3 or more brokers the topics get replication 3, min.insync.replicas=2 and
-    no unclean leader election (URL parameters replication, min_insync_replicas); on fewer,
-    one replica. The first line says which and why; an existing topic that has less gets a
-    warning (exit 3 with --strict).
+    no unclean leader election (URL parameters replication, min_insync_replicas); a cluster
+    whose brokers call for more replicas than answer now is refused (exit 4) rather than
+    settled for less, unless replication is in the URL. The first line says which and why; an
+    existing topic with unclean leader election is refused (exit 3), one with fewer replicas
+    gets a warning (exit 3 with --strict).
     """
     if not obj.log_url.startswith("kafka"):
         fail(f"topics are a Kafka concept; {obj.log_url.split(':', 1)[0]}:// logs need none",

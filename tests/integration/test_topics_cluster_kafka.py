@@ -1,5 +1,6 @@
 """``effectlog topics create`` on a cluster of three Apache Kafka nodes and on one broker: the
-replication it picks, the configs Kafka then reports, and the checks of existing topics."""
+replication it picks (never fewer replicas because a node is down), the configs Kafka then
+reports, and the checks of existing topics."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ import pytest
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
+    ConfigSource,
     NewTopic,
     ResourceType,
 )
 
+from effectlog.errors import Conflict
 from effectlog.log.base import COMMANDS, EVENTS, STATE
 from effectlog.log.kafka import KafkaSettings, create_topics
-from tests.broker_faults import cli
+from tests.broker_faults import assert_unavailable, cli
+from tests.cluster_faults import nodes_away
+from tests.cluster_support import wait_until
 from tests.kafka_broker import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
@@ -74,7 +79,7 @@ def test_on_three_brokers_a_topic_with_one_replica_is_a_warning_or_exit_3_with_s
         and line.endswith("(refused with --strict)"), line
 
 
-def test_on_three_brokers_unclean_election_on_an_existing_topic_is_a_warning(
+def test_on_three_brokers_unclean_election_on_an_existing_topic_is_refused(
         kafka_cluster: KafkaCluster) -> None:
     settings = KafkaSettings.from_url(f"kafka://{kafka_cluster.bootstrap}"
                                       f"?prefix=u{uuid.uuid4().hex[:8]}")
@@ -85,10 +90,37 @@ def test_on_three_brokers_unclean_election_on_an_existing_topic_is_a_warning(
         "message.timestamp.type": "LogAppendTime", "min.insync.replicas": "2",
         "unclean.leader.election.enable": "true"})
     admin.create_topics([unclean])[settings.topic(EVENTS)].result(timeout=10)
-    report = create_topics(settings)
-    assert report.warnings == [f"kafka topic {settings.topic(EVENTS)} unclean.leader.election."
-                               "enable=true lets a replica that missed acknowledged appends "
-                               "become leader and drop them"]
+    with pytest.raises(Conflict) as refused:  # serve would refuse to judge on it
+        create_topics(settings)
+    assert str(refused.value) == (
+        f"kafka topic {settings.topic(EVENTS)} contradicts the settings: has unclean.leader."
+        "election.enable=true: a replica that missed acknowledged appends may become leader "
+        "and take them back, verdicts given on them included; set it to false")
+
+
+def test_on_three_brokers_with_one_down_topics_create_refuses_rather_than_settle(
+        kafka_cluster: KafkaCluster) -> None:
+    """The metadata lists only the brokers that answer: a create during a rolling restart
+    must not take two brokers for a cluster of two and make unreplicated topics."""
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    url = f"kafka://{kafka_cluster.bootstrap}?prefix={prefix}"
+    settings = KafkaSettings.from_url(url)
+    with nodes_away(kafka_cluster, [3], "kill"):
+        wait_until(lambda: len(kafka_cluster.live_brokers(1.0)) == 2, 30, "node 3 fenced")
+        done = cli("--log", url, "topics", "create")
+        assert_unavailable(done, 40, "topics create with a node down")
+        assert ("fewer than the 3 replicas" in done.stderr
+                and "set replication= in the log URL" in done.stderr), done.stderr
+        admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+        chosen = create_topics(KafkaSettings.from_url(url + "&replication=2"))
+        assert chosen.durability.replication == 2 and chosen.durability.told
+    wait_until(lambda: len(kafka_cluster.live_brokers(1.0)) == 3
+               and kafka_cluster.fully_replicated([settings.topic(t) for t in
+                                                   (EVENTS, COMMANDS, STATE)]),
+               90, "node 3 back and in sync")
+    again = create_topics(settings)  # all three back: the topics exist, with fewer replicas
+    assert again.durability.replication == 3 and len(again.warnings) == 3, again.warnings
 
 
 def test_on_one_broker_topics_keep_one_replica_and_say_why(kafka_bootstrap: str) -> None:
@@ -99,3 +131,10 @@ def test_on_one_broker_topics_keep_one_replica_and_say_why(kafka_bootstrap: str)
     assert why == ("replication 1: the cluster has 1 broker; replicated topics need 3 (set "
                    "replication= in the log URL to choose)")
     assert all("replication 1, cleanup.policy=" in line for line in done.stdout.splitlines()[1:])
+    settings = KafkaSettings.from_url(url)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for logical in (EVENTS, COMMANDS, STATE):  # set on the topic: never the brokers' default
+        resource = ConfigResource(ResourceType.TOPIC, settings.topic(logical))
+        entry = next(iter(admin.describe_configs([resource]).values())).result(10)[
+            "unclean.leader.election.enable"]
+        assert (entry.value, entry.source) == ("false", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)

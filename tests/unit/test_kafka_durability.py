@@ -57,8 +57,9 @@ def test_an_existing_topic_short_of_the_clusters_replication_is_a_warning() -> N
     assert review.warnings == ["has 1 replica, a cluster of 3 brokers calls for 3"]
     weak = plan(KafkaSettings.from_url(URL), brokers=3).review(
         [3] * 6, {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"})
-    assert [w.split(" ")[0] for w in weak.warnings] == ["min.insync.replicas=1",
-                                                       "unclean.leader.election.enable=true"]
+    assert [w.split(" ")[0] for w in weak.warnings] == ["min.insync.replicas=1"]
+    assert len(weak.conflicts) == 1
+    assert weak.conflicts[0].startswith("has unclean.leader.election.enable=true")
 
 
 def test_an_existing_topic_short_of_what_the_url_says_is_a_conflict() -> None:

@@ -43,17 +43,8 @@ def _pids() -> list[int]:
 def up(brokers: int = 1) -> int:
     bootstrap_file = HOME / "bootstrap"
     running = _pids()
-    if running and bootstrap_file.exists():
-        bootstrap = bootstrap_file.read_text().strip()
-        if answers_metadata(bootstrap, 5.0):
-            if len(running) != brokers:
-                print(f"Apache Kafka already runs with {len(running)} broker(s) (pids "
-                      f"{' '.join(map(str, running))}), not {brokers}: make kafka-down first",
-                      file=sys.stderr)
-                return 3
-            print(f"Apache Kafka already running (pid {' '.join(map(str, running))})")
-            print(f"KAFKA_BOOTSTRAP={bootstrap}")
-            return 0
+    if running:
+        return _already_running(running, brokers)
     HOME.mkdir(parents=True, exist_ok=True, mode=0o700)
     if brokers > 1:
         return _up_cluster(brokers)
@@ -74,6 +65,27 @@ def up(brokers: int = 1) -> int:
           f"log {broker.log_path})")
     print(f"KAFKA_BOOTSTRAP={broker.bootstrap}")
     return 0
+
+
+def _already_running(running: list[int], brokers: int) -> int:
+    """A recorded broker process is alive: never start another beside it, whatever it answers
+    (a paused or slow broker is not a dead one, and a second start would overwrite the pid file
+    ``down`` stops). 0 when it is the one asked for and answers; else 3."""
+    pids = " ".join(map(str, running))
+    if len(running) != brokers:
+        print(f"Apache Kafka already runs with {len(running)} broker(s) (pids {pids}), not "
+              f"{brokers}: make kafka-down first", file=sys.stderr)
+        return 3
+    bootstrap_file = HOME / "bootstrap"
+    bootstrap = bootstrap_file.read_text().strip() if bootstrap_file.exists() else ""
+    if bootstrap and answers_metadata(bootstrap, 5.0):
+        print(f"Apache Kafka already running (pid {pids})")
+        print(f"KAFKA_BOOTSTRAP={bootstrap}")
+        return 0
+    print(f"Apache Kafka already runs (pid {pids}) but {bootstrap or 'its address'} did not "
+          f"answer within 5s (paused or still starting?): make kafka-down first (if pid {pids} "
+          f"is not Kafka, remove {HOME / 'pid'})", file=sys.stderr)
+    return 3
 
 
 def _up_cluster(brokers: int) -> int:

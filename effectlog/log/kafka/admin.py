@@ -8,9 +8,10 @@ writer's. ``<prefix>.commands`` is a plain time-retained topic. ``<prefix>.state
 accepted state (:mod:`effectlog.log.changelog`), compacted and never deleting: projections
 restore from it. Configs are always set explicitly (tansu reports no config at all for topics
 created without them). Every topic gets the replication :mod:`effectlog.log.kafka.durability`
-picks for the cluster's size (3 replicas, ``min.insync.replicas=2``, no unclean election on 3 or
-more brokers), and existing topics are checked for it: what falls short is a warning, or a
-conflict with ``strict``.
+picks for the cluster (3 replicas, ``min.insync.replicas=2`` on 3 or more brokers, or where the
+brokers' configs call for 3: topics are not created with fewer while a broker is down), never
+unclean leader election, and existing topics are checked for it: what falls short is a warning,
+or a conflict with ``strict``; unclean election is always a conflict, as for ``serve``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
 from effectlog.log.base import COMMANDS, EVENTS, STATE
-from effectlog.log.kafka.durability import Durability, plan
+from effectlog.log.kafka.durability import UNCLEAN, UNCLEAN_LOSES, Durability, plan
 from effectlog.log.kafka.settings import KAFKA_TOPICS, KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,10 @@ def topic_id(settings: KafkaSettings, name: str) -> str:
 WRITER_CLOCK = "stamps records with the writers' clocks, which recovery would measure stuck on"
 
 
+#: Broker configs that say how many replicas the cluster's operator meant topics to have.
+CLUSTER_REPLICATION = ("default.replication.factor", "offsets.topic.replication.factor")
+
+
 #: The shortest compaction lag of the events topic serve accepts: a restore replays the events
 #: after the changelog's last checkpoint (published every second), which must still be there.
 MIN_SERVING_LAG_MS = 10_000
@@ -77,7 +82,9 @@ def serving_problem(settings: KafkaSettings,
     one line: the events topic must stamp records with the broker's clock (recovery measures
     stuck on it) and keep records long enough to be published to the changelog (never
     deleted; compacted no sooner than ``lag_floor_ms``), which must exist, be compacted and
-    never delete (it is the only copy of accepted state)."""
+    never delete (it is the only copy of accepted state). Neither may allow unclean leader
+    election (its effective value: set on the topic or inherited from the brokers), which
+    could take back records a verdict was given on."""
     events, state = settings.topic(EVENTS), settings.topic(STATE)
     admin = AdminClient(_admin_config(settings))
     try:
@@ -87,6 +94,11 @@ def serving_problem(settings: KafkaSettings,
         configs = _describe(admin, settings, [events, state])
     finally:
         admin.poll(0)
+    for name in (events, state):
+        if configs[name].get(UNCLEAN, "false") == "true":
+            return (f"kafka topic {name} {UNCLEAN_LOSES}: set it to false, e.g. "
+                    f"kafka-configs.sh --alter --entity-type topics --entity-name {name} "
+                    f"--add-config {UNCLEAN}=false")
     stamps = configs[events].get("message.timestamp.type", "CreateTime")
     if stamps != "LogAppendTime":
         return (f"kafka topic {events} {WRITER_CLOCK} (message.timestamp.type={stamps}): set "
@@ -163,8 +175,14 @@ def create_topics(settings: KafkaSettings, *, strict: bool = False) -> TopicsRep
     try:
         names = {settings.topic(t): t for t in KAFKA_TOPICS}
         existing, brokers = _replicas(admin, settings)
-        durability = plan(settings, brokers)
+        durability = plan(settings, len(brokers), _configured(admin, settings, brokers))
         missing = [name for name in names if name not in existing]
+        if missing and durability.short:  # a broker down: never settle for fewer replicas
+            raise BackendUnavailable(
+                f"kafka topics {', '.join(missing)} not created: {_brokers(brokers)} answer, "
+                f"fewer than the {durability.replication} replicas the brokers' "
+                f"{' or '.join(CLUSTER_REPLICATION)} call for; start the missing brokers and "
+                "run it again, or set replication= in the log URL to choose")
         created, raced = _create(admin, settings, durability, names, missing)
         if created:
             _wait_visible(admin, settings, created)
@@ -205,8 +223,10 @@ def answers(settings: KafkaSettings, timeout_s: float) -> bool:
 
 
 def _configs(settings: KafkaSettings, durability: Durability, logical: str) -> dict[str, str]:
-    """What a topic is created with: its own configs and the replication's."""
-    return {**topic_configs(settings, logical), **durability.configs()}
+    """What a topic is created with: its own configs and the replication's, and never unclean
+    leader election, even on one replica (a broker default of true would make serve refuse
+    the topics)."""
+    return {**topic_configs(settings, logical), **durability.configs(), UNCLEAN: "false"}
 
 
 def _admin_config(settings: KafkaSettings) -> dict[str, Any]:
@@ -219,14 +239,39 @@ def _unavailable(settings: KafkaSettings, exc: BaseException) -> BackendUnavaila
     return BackendUnavailable(f"kafka broker {settings.bootstrap} unreachable: {detail}")
 
 
-def _replicas(admin: AdminClient, settings: KafkaSettings) -> tuple[dict[str, list[int]], int]:
-    """Replica count per partition of each existing topic, and how many brokers there are."""
+def _replicas(admin: AdminClient, settings: KafkaSettings
+              ) -> tuple[dict[str, list[int]], list[int]]:
+    """Replica count per partition of each existing topic, and the ids of the brokers that
+    answer (the metadata lists no broker that is down)."""
     try:
         meta = admin.list_topics(timeout=settings.timeout_s)
     except KafkaException as exc:
         raise _unavailable(settings, exc) from None
     return ({name: [len(p.replicas) for p in topic.partitions.values()]
-             for name, topic in meta.topics.items() if topic.error is None}, len(meta.brokers))
+             for name, topic in meta.topics.items() if topic.error is None}, sorted(meta.brokers))
+
+
+def _configured(admin: AdminClient, settings: KafkaSettings, brokers: list[int]) -> int:
+    """The replication the brokers' own configs call for: the largest of
+    :data:`CLUSTER_REPLICATION` on a broker that answers (1 where none is reported, as on
+    tansu). It tells a cluster of three with one broker down from a cluster of two."""
+    if not brokers:
+        return 1
+    resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+    try:
+        future = next(iter(admin.describe_configs(
+            [resource], request_timeout=settings.timeout_s).values()))
+        entries = future.result(settings.timeout_s)
+    except (KafkaException, TimeoutError) as exc:
+        log.warning("cannot read the configs of kafka broker %d (%s): the replication goes by "
+                    "the brokers that answer", brokers[0], exc)
+        return 1
+    return max([1, *(int(entry.value) for name, entry in entries.items()
+                     if name in CLUSTER_REPLICATION and (entry.value or "").isdigit())])
+
+
+def _brokers(ids: list[int]) -> str:
+    return f"{len(ids)} broker{'s' * (len(ids) != 1)} ({', '.join(map(str, ids))})"
 
 
 def _create(admin: AdminClient, settings: KafkaSettings, durability: Durability,

@@ -4,10 +4,13 @@ At-most-once rests on Kafka's own promise: an append acknowledged with ``acks=al
 in-sync replica, and a replica that missed it never becomes leader. That promise holds through a
 broker's loss only with several replicas, ``min.insync.replicas`` of at least two (else the ISR
 may shrink to the leader alone, and an acknowledged append lives on one disk) and no unclean
-leader election (else an out-of-sync replica may lead and drop acknowledged records). So on a
-cluster of three or more brokers the topics get replication 3, ``min.insync.replicas=2`` and
-``unclean.leader.election.enable=false`` unless the log URL says otherwise; on fewer brokers
-they keep one replica, and :attr:`Durability.why` says so.
+leader election (else an out-of-sync replica may lead and drop acknowledged records, so an
+existing topic that allows it is a conflict, as ``serve`` refuses it). So on a cluster of three
+or more brokers, or one whose brokers' configs call for three replicas, the topics get
+replication 3, ``min.insync.replicas=2`` and ``unclean.leader.election.enable=false`` unless the
+log URL says otherwise; fewer brokers answering than that is :attr:`Durability.short` (refused by
+``topics create``); on a smaller cluster the topics keep one replica, and :attr:`Durability.why`
+says so.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from effectlog.log.kafka.settings import KafkaSettings
+
+#: The topic config that lets an out-of-sync replica lead, and what it costs: refused on
+#: effectlog's topics, by ``topics create`` and by ``serve``.
+UNCLEAN = "unclean.leader.election.enable"
+UNCLEAN_LOSES = (f"has {UNCLEAN}=true: a replica that missed acknowledged appends may become "
+                 "leader and take them back, verdicts given on them included")
 
 #: The smallest cluster whose topics are replicated by default, and what they get there.
 REPLICATED_FROM_BROKERS = 3
@@ -36,6 +45,7 @@ class Durability:
     min_insync: int | None  # None: the broker's default (one replica needs no quorum)
     told: bool
     why: str
+    short: bool = False  # fewer brokers answer than the intended replication (not told)
 
     def configs(self) -> dict[str, str]:
         """Topic configs that go with the replication (none for a single replica)."""
@@ -43,7 +53,7 @@ class Durability:
         if self.min_insync is not None:
             configs["min.insync.replicas"] = str(self.min_insync)
         if self.replication > 1:
-            configs["unclean.leader.election.enable"] = "false"
+            configs[UNCLEAN] = "false"
         return configs
 
     def review(self, replicas: list[int], config: dict[str, str]) -> Review:
@@ -63,9 +73,8 @@ class Durability:
             (review.conflicts if self.told else review.warnings).append(
                 f"min.insync.replicas={insync} is below {self.min_insync}: an acknowledged "
                 "append may be on fewer brokers")
-        if found > 1 and config.get("unclean.leader.election.enable", "false") == "true":
-            review.warnings.append("unclean.leader.election.enable=true lets a replica that "
-                                   "missed acknowledged appends become leader and drop them")
+        if config.get(UNCLEAN, "false") == "true":  # what serve refuses to judge on
+            review.conflicts.append(f"{UNCLEAN_LOSES}; set it to false")
         return review
 
 
@@ -78,11 +87,16 @@ class Review:
     warnings: list[str] = field(default_factory=list)
 
 
-def plan(settings: KafkaSettings, brokers: int) -> Durability:
-    """The replication for a cluster of ``brokers``, from the URL where it says so."""
+def plan(settings: KafkaSettings, brokers: int, configured: int = 1) -> Durability:
+    """The replication for a cluster of ``brokers`` answering now, whose brokers' configs call
+    for ``configured`` replicas (see :func:`effectlog.log.kafka.admin.create_topics`); from the
+    URL where it says so. The intended replication (3 on 3 or more brokers, else
+    ``min(3, configured)``) may exceed the brokers answering: :attr:`Durability.short` says so,
+    and ``topics create`` then refuses to create topics rather than settle for fewer."""
     told = settings.replication is not None or settings.min_insync_replicas is not None
     replicated = brokers >= REPLICATED_FROM_BROKERS
-    replication = settings.replication or (REPLICATION if replicated else 1)
+    intended = max(REPLICATION if replicated else 1, min(REPLICATION, configured))
+    replication = settings.replication or intended
     min_insync = settings.min_insync_replicas
     if min_insync is None and replication > 1:
         min_insync = majority(replication)
@@ -95,7 +109,11 @@ def plan(settings: KafkaSettings, brokers: int) -> Durability:
     elif replicated:
         why = (f"{shown}: the cluster has {size}, so an acknowledged append is on at least "
                f"{min_insync} of them and survives the loss of any one")
+    elif replication > 1:
+        why = (f"{shown}: the brokers' default.replication.factor or "
+               f"offsets.topic.replication.factor call for {configured}, and {size} answer")
     else:
         why = (f"{shown}: the cluster has {size}; replicated topics need "
                f"{REPLICATED_FROM_BROKERS} (set replication= in the log URL to choose)")
-    return Durability(brokers, replication, min_insync, told, why)
+    return Durability(brokers, replication, min_insync, told, why,
+                      short=settings.replication is None and brokers < replication)

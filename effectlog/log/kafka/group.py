@@ -35,6 +35,8 @@ from effectlog.log.source import AssignmentListener, Fetched, RecordSource
 
 log = logging.getLogger(__name__)
 _EOF = KafkaError._PARTITION_EOF
+_OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE,
+                 KafkaError._LOG_TRUNCATION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,9 @@ def group_config(settings: KafkaSettings, group: GroupSettings) -> dict[str, obj
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",  # only used where a start offset is not given
+        # Every partition starts at an offset the projection gives; one the log no longer
+        # holds (truncated under it) is reported by poll as a wrong log, never reset.
+        "auto.offset.reset": "error",
         "isolation.level": "read_committed",
         "fetch.wait.max.ms": group.fetch_wait_max_ms,
         "fetch.min.bytes": group.fetch_min_bytes,
@@ -149,6 +153,10 @@ class GroupSource(RecordSource):
                     reached[partition] = offset  # past any control records
                 elif err.fatal():
                     raise BackendUnavailable(f"group {self.group.group}: {err.str()}")
+                elif err.code() in _OUT_OF_RANGE:
+                    raise WrongLog(f"{self.topic} partition {partition} no longer holds the "
+                                   f"offset this member reads it from ({err.str()}): the log "
+                                   f"was truncated or replaced; {WrongLog.HINT}")
                 elif err.code() == KafkaError.INVALID_SESSION_TIMEOUT:  # retried for ever
                     raise InvalidInput(
                         f"the broker refuses a group session timeout of "
@@ -246,8 +254,8 @@ class GroupSource(RecordSource):
                 self._read_command_offsets(consumer, partitions)
                 return listener.assigned(partitions)
             except BackendUnavailable as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
+                if isinstance(exc, WrongLog) or time.monotonic() + pause > deadline:
+                    raise  # a wrong log does not come right by waiting
                 log.warning("taking partitions %s: %s; trying again", partitions, exc)
                 time.sleep(pause)
                 pause = min(2 * pause, 2.0)
