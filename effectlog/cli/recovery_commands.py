@@ -204,7 +204,7 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
               help="The judge of the decision: serve instances (comma-separated; env "
                    "EFFECTLOG_SERVER). Needed on Kafka, where the log has no compare-and-append.")
 @click.option("--epoch", "seen_epoch", type=click.IntRange(0, MAX_FENCING_EPOCH), default=None,
-              help="The fencing epoch of the state you decided on (from `get`): refused "
+              help="The fencing epoch of the state you decided on (shown by get): refused "
                    "(exit 3) if the effect moved on since, e.g. a first retry already ran.")
 @click.option("--json", "as_json", is_flag=True, help="Print the APPROVE event as JSON.")
 @click.pass_obj

@@ -159,12 +159,16 @@ class AsyncWorker(WorkerBase):
 
     async def _unknown_for(self, call: AsyncEffectCall, exc: BaseException) -> None:
         """Mark the effect UNKNOWN for ``exc``, raised in the block. When the log refuses
-        because the key was settled or moved on meanwhile (the RECORD landed although the
-        caller was cancelled, or a reconciler got there first), the caller gets ``exc``
-        itself, not the refusal."""
+        because the key was settled meanwhile (the RECORD landed although the caller was
+        cancelled), the caller gets ``exc`` itself, as it does when ``exc`` is the log's refusal
+        of its own write; a key another owner took over raises the refusal."""
         try:
             await self.unknown(call.key, unknown_reason(exc))
         except Conflict as refusal:
+            current = None if isinstance(exc, Conflict) else await self.get(call.key)
+            if current is not None and (current.fencing_epoch, current.worker_id) != \
+                    (call.fencing_epoch, self.worker_id):
+                raise  # another owner took the key over: that is what the caller must hear
             logger.info("%s: not marked UNKNOWN after %s: %s", call.key, type(exc).__name__,
                         refusal)
 

@@ -199,19 +199,22 @@ def test_writes_without_a_session_csrf_or_same_origin_are_refused(
 def test_a_decision_is_recorded_as_effectlog_approve_records_it(
         node: Node, http: urllib3.PoolManager, log: EventLog, workload: Workload) -> None:
     cookie, csrf = _session(http, node, workload.payment)
+    shown = LogView(log).current(workload.payment)
+    assert shown is not None
+    epoch = str(shown.fencing_epoch)  # what the page's form carries
     assert "HttpOnly" in _login(http, node)[1] and "SameSite=Strict" in _login(http, node)[1]
     empty = _decide(http, node, workload.payment,
-                    {"decision": "retry", "by": " ", "reason": "x", "csrf": csrf},
+                    {"decision": "retry", "by": " ", "reason": "x", "csrf": csrf, "epoch": epoch},
                     Origin=node.url, Cookie=cookie)
     assert empty.status == 400 and b"who decided" in empty.data
     hidden = _decide(http, node, workload.payment,
-                     {"decision": "retry", "by": "Dana\u202eOps", "reason": "x", "csrf": csrf},
+                     {"decision": "retry", "by": "Dana\u202eOps", "reason": "x", "csrf": csrf, "epoch": epoch},
                      Origin=node.url, Cookie=cookie)
     assert hidden.status == 400 and b"control character" in hidden.data
     assert LogView(log).current(workload.payment).state.value == "UNKNOWN"  # type: ignore[union-attr]
     done = _decide(http, node, workload.payment,
                    {"decision": "retry", "by": "Dana Ops", "reason": "Stripe says no charge",
-                    "csrf": csrf}, Referer=_page(node, workload.payment), Cookie=cookie)
+                    "csrf": csrf, "epoch": epoch}, Referer=_page(node, workload.payment), Cookie=cookie)
     assert done.status == 303
     current = LogView(log).current(workload.payment)
     assert current is not None and current.state.value == "RESERVED"
@@ -224,7 +227,7 @@ def test_a_decision_is_recorded_as_effectlog_approve_records_it(
     _, page = _get(http, _page(node, workload.payment))
     assert re.search(r"rejected \((stale_epoch|fenced|illegal_transition)\)", page), page
     again = _decide(http, node, workload.payment,
-                    {"decision": "abandon", "by": "Dana Ops", "reason": "twice", "csrf": csrf},
+                    {"decision": "abandon", "by": "Dana Ops", "reason": "twice", "csrf": csrf, "epoch": epoch},
                     Origin=node.url, Cookie=cookie)
     assert again.status == 409 and b"only UNKNOWN or AWAITING_APPROVAL" in again.data
 
