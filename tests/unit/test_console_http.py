@@ -208,7 +208,8 @@ def test_a_decision_is_recorded_as_effectlog_approve_records_it(
                     Origin=node.url, Cookie=cookie)
     assert empty.status == 400 and b"who decided" in empty.data
     hidden = _decide(http, node, workload.payment,
-                     {"decision": "retry", "by": "Dana\u202eOps", "reason": "x", "csrf": csrf, "epoch": epoch},
+                     {"decision": "retry", "by": "Dana\u202eOps", "reason": "x", "csrf": csrf,
+                      "epoch": epoch},
                      Origin=node.url, Cookie=cookie)
     assert hidden.status == 400 and b"control character" in hidden.data
     assert LogView(log).current(workload.payment).state.value == "UNKNOWN"  # type: ignore[union-attr]
@@ -227,7 +228,8 @@ def test_a_decision_is_recorded_as_effectlog_approve_records_it(
     _, page = _get(http, _page(node, workload.payment))
     assert re.search(r"rejected \((stale_epoch|fenced|illegal_transition)\)", page), page
     again = _decide(http, node, workload.payment,
-                    {"decision": "abandon", "by": "Dana Ops", "reason": "twice", "csrf": csrf, "epoch": epoch},
+                    {"decision": "abandon", "by": "Dana Ops", "reason": "twice", "csrf": csrf,
+                     "epoch": epoch},
                     Origin=node.url, Cookie=cookie)
     assert again.status == 409 and b"only UNKNOWN or AWAITING_APPROVAL" in again.data
 
