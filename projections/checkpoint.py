@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from effectlog.errors import WrongLog
+from effectlog.errors import BackendUnavailable, WrongLog
 from effectlog.log.changelog import Change, Changelog
 
 CHECKPOINT_FORMAT = 1
@@ -68,11 +69,21 @@ def check_partition_count(recorded: int | None, count: int, what: str) -> None:
             "prefix) instead of growing the topic")
 
 
-def check_changelog_partitions(changelog: Changelog, count: int) -> None:
+def check_changelog_partitions(changelog: Changelog, count: int, within_s: float = 30.0) -> None:
     """Refuse an events topic of ``count`` partitions whose changelog was published with
-    another count (the first partition with a checkpoint that records one says)."""
+    another count (the first partition with a checkpoint that records one says). A
+    changelog partition without a leader yet (a topic just created) is waited for, at most
+    ``within_s``."""
+    deadline = time.monotonic() + within_s
     for partition in range(count):
-        raw = changelog.last_checkpoint(partition)
+        while True:
+            try:
+                raw = changelog.last_checkpoint(partition)
+                break
+            except BackendUnavailable as exc:
+                if isinstance(exc, WrongLog) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
         recorded = None if raw is None else Checkpoint.decode(raw).partitions
         if recorded is not None:
             check_partition_count(recorded, count, "its changelog")
