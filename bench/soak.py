@@ -194,7 +194,8 @@ def projections_equal(log_url: str, arrangement: Arrangement, work: Path) -> boo
 
 
 def arrange(args: argparse.Namespace, work: Path, spec: str, env: dict[str, str]) -> Arrangement:
-    serve_uptime = _span(args.serve_uptime or ("1.5-4" if args.log == "sqlite" else "8-20"))
+    # a start on a loaded 2-core machine takes seconds: each start gets the time to serve
+    serve_uptime = _span(args.serve_uptime or ("3-6" if args.log == "sqlite" else "8-20"))
     if args.log == "sqlite":
         return SqliteArrangement(work, spec, args.seed, env, serve_uptime_s=serve_uptime)
     from soak_kafka import KafkaArrangement
@@ -221,7 +222,7 @@ def main() -> int:
     parser.add_argument("--crash-rate", type=float, default=0.1)
     parser.add_argument("--serve-uptime", default=None, metavar="A-B",
                         help="seconds a serve instance lives before its SIGKILL "
-                             "(default 1.5-4 on SQLite, 8-20 on Kafka)")
+                             "(default 3-6 on SQLite, 8-20 on Kafka)")
     parser.add_argument("--serves", type=int, default=2,
                         help="serve instances on Kafka (each with its own state directory)")
     parser.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS") or 1),
