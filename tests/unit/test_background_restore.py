@@ -127,10 +127,15 @@ def steps_until(projector: Projector, source: LogSource, done: Callable[[], bool
     assert done()
 
 
-def restored_synchronously(log: TwoPartitions, state: Path) -> str:
-    with Projector(log, state, SETTINGS, follow_swaps=False) as projector:
+def assert_equals_a_synchronous_restore(log: TwoPartitions, changelog: HeldChangelog,
+                                        tmp: Path) -> None:
+    """Partition 0 restored in the background (under ``tmp/node``) equals the same restore
+    done in line, then the same tail applied."""
+    changelog.hold_after = 10**9
+    with Projector(log, tmp / "sync", SETTINGS, follow_swaps=False) as projector:
         projector.run(once=True)
-    return partition_digest(state, 0, RESTORED)
+    assert partition_digest(tmp / "node", 0, RESTORED) == \
+        partition_digest(tmp / "sync", 0, RESTORED)
 
 
 class Node:
@@ -168,9 +173,7 @@ def test_the_other_partitions_are_applied_while_one_restores(tmp_path: Path) -> 
         assert projector.next_offsets() == {0: published + 10, 1: 20}
     finally:
         projector.close()
-    changelog.hold_after = 10**9
-    assert partition_digest(tmp_path / "node", 0, RESTORED) == \
-        restored_synchronously(log, tmp_path / "sync")
+    assert_equals_a_synchronous_restore(log, changelog, tmp_path)
 
 
 def test_a_partition_taken_away_mid_restore_stops_its_restore(tmp_path: Path) -> None:
@@ -195,9 +198,7 @@ def test_a_partition_taken_away_mid_restore_stops_its_restore(tmp_path: Path) ->
         assert projector.next_offsets()[0] == published + 10
     finally:
         projector.close()
-    changelog.hold_after = 10**9
-    assert partition_digest(tmp_path / "node", 0, RESTORED) == \
-        restored_synchronously(log, tmp_path / "sync")
+    assert_equals_a_synchronous_restore(log, changelog, tmp_path)
 
 
 def test_an_unreachable_changelog_is_retried_in_the_background(tmp_path: Path) -> None:
