@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
@@ -29,6 +30,9 @@ from effectlog.log.kafka.transactions import TransactionalAppender
 from effectlog.redact import redact_url
 
 log = logging.getLogger(__name__)
+
+#: How far back :meth:`KafkaLog._find` reads for a record acknowledged without an offset.
+FIND_LIMIT = 20_000
 
 
 class KafkaLog(EventLog):
@@ -220,8 +224,54 @@ class KafkaLog(EventLog):
         handle = self._writer()
         self._ensure_writer_topic(name, handle)
         if atomic and len(items) > 1 and all(key == items[0][0] for key, _ in items):
-            return self._transactional().append(name, topic, items)
-        return handle.append(name, topic, items)
+            positions = self._transactional().append(name, topic, items)
+        else:
+            positions = handle.append(name, topic, items)
+        if any(position.offset < 0 for position in positions):
+            return self._place(topic, items, positions)
+        return positions
+
+    def _place(self, topic: str, items: Sequence[tuple[str, bytes]],
+               positions: list[Position]) -> list[Position]:
+        """Find the records that are durable at an offset their delivery report did not name
+        (librdkafka's report of a retried batch the broker already had), by reading their
+        partition back between the neighbours this call placed. One call's records of one
+        partition are written in order, so the last is found first, below the partition's end,
+        and each earlier one below the one after it (an effectlog record's bytes name its
+        event id; equal bytes are told apart by that order)."""
+        placed = list(positions)
+        for index in reversed(range(len(positions))):
+            position = positions[index]
+            if position.offset >= 0:
+                continue
+            same = [(i, p.offset) for i, p in enumerate(placed)
+                    if p.partition == position.partition and p.offset >= 0]
+            low = max((o for i, o in same if i < index), default=-1) + 1
+            high = min((o for i, o in same if i > index), default=None)
+            key, value = items[index]
+            placed[index] = position._replace(
+                offset=self._find(topic, position.partition, key, value, low, high))
+        return placed
+
+    def _find(self, topic: str, partition: int, key: str, value: bytes, low: int,
+              high: int | None) -> int:
+        """The offset of the last record ``key``/``value`` in ``[low, high)`` (``high``: the
+        partition's end, asked until ``timeout_s``); scans back at most ``FIND_LIMIT`` records."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            end = high if high is not None else self.partition_end(topic, partition)
+            floor, top = max(low, end - FIND_LIMIT), end
+            while top > floor:
+                start = max(floor, top - 500)
+                for record in reversed(self.read_before(topic, partition, start, top - start, top)):
+                    if record.key == key and record.value == value:
+                        return record.offset
+                top = start
+            if high is not None or time.monotonic() > deadline:
+                raise BackendUnavailable(
+                    f"a record to {self.settings.topic(topic)}/{partition} was acknowledged "
+                    "without an offset and is not found in the partition: the append is in doubt")
+            time.sleep(0.05)
 
     def _transactional(self) -> TransactionalAppender:
         appender = self._transactions

@@ -57,6 +57,9 @@ def producer_config(settings: KafkaSettings) -> ClientConfig:
 class Delivery:
     """Collects the delivery reports of one append call; ``wait`` returns after the last.
 
+    A report of success that names no offset (librdkafka's answer when a retried batch was
+    already written: durable, offset unknown) leaves the position at offset -1, for the log
+    to find by reading the partition back (:meth:`KafkaLog._place`).
     Reports arrive on the producer's poll thread; ``itertools.count`` is an atomic counter
     under the GIL, and a plain lock, held until the last report, is the cheapest latch.
     """
@@ -75,10 +78,11 @@ class Delivery:
 
     def report(self, index: int, key: bytes, err: KafkaError | None, msg: Message) -> None:
         partition, offset = msg.partition(), msg.offset()
-        if err is None and partition is not None and offset is not None and offset >= 0:
-            self.positions[index] = Position(self.topic, partition, offset)
+        if err is None and partition is not None and partition >= 0:
+            placed = offset if offset is not None and offset >= 0 else -1
+            self.positions[index] = Position(self.topic, partition, placed)
         else:
-            self.errors.append(err or KafkaError(KafkaError._FAIL, "delivery report without offset"))
+            self.errors.append(err or KafkaError(KafkaError._FAIL, "delivery report without partition"))
         if next(self._reported) == self._total:
             self._latch.release()
 
@@ -133,7 +137,8 @@ class AppendProducer:
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
 
     def append(self, name: str, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
-        """Produce ``items`` to topic ``name`` and wait for every delivery report."""
+        """Produce ``items`` to topic ``name`` and wait for every delivery report (a durable
+        record whose report named no offset is at offset -1; see :class:`Delivery`)."""
         delivery = Delivery(topic, len(items))
         produce, partitions = self.producer.produce, self.settings.partitions
         budget = self.settings.timeout_s
