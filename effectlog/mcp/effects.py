@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -45,6 +46,14 @@ class _Retry:
 
 
 RETRY = _Retry()
+
+
+@dataclass
+class _Sent:
+    """A call handed to the upstream; ``failed`` is None until the upstream answered."""
+
+    call: AsyncEffectCall
+    failed: bool | None = None
 
 
 class _NothingSent(Exception):
@@ -95,14 +104,14 @@ class EffectCaller:
     async def _perform(self, effect: ToolEffect, params: Mapping[str, Any],
                        operation: Operation, target: str, payload: dict[str, Any], *,
                        again: bool = False) -> types.CallToolResult | _Retry:
-        sent: AsyncEffectCall | None = None
+        sent: _Sent | None = None
         try:
             async with self.worker.effect(operation.operation_id, effect.kind, target, payload,
                                           payload_ref=effect.payload_ref) as call:
                 if call.done:
                     return results.replay(call.event, effect, operation)
-                sent = call
-                return await self._send(effect, params, call)
+                sent = _Sent(call)
+                return await self._send(effect, params, sent)
         except EffectInDoubt as exc:
             return await self._settled_since(exc.event, effect, operation, again)
         except PayloadMismatch as exc:
@@ -110,36 +119,53 @@ class EffectCaller:
                                    f"({exc})", key=_key(operation.operation_id, effect, target))
         except UpstreamInDoubt as exc:
             assert sent is not None
-            current = await self._current(sent)
+            current = await self._current(sent.call)
             return results.in_doubt(current, effect, f"no answer from the upstream: {exc}",
                                     operation)
         except UpstreamUnavailable as exc:  # the reconnect failed after the dispatch was logged
             assert sent is not None
-            current = await self._current(sent)
+            current = await self._current(sent.call)
             return results.in_doubt(current, effect, f"the upstream could not be reached after "
                                     f"the dispatch was logged: {exc}", operation)
         except EffectlogError as exc:
             if sent is None:  # the log refused or failed before anything was sent
                 raise _NothingSent(exc) from exc
-            logger.warning("%s: the answer could not be recorded: %s", sent.key, exc)
-            current = await self._current(sent)
-            return results.in_doubt(current, effect, f"the answer could not be recorded: {exc}",
-                                    operation)
+            return await self._unrecorded(sent, effect, operation, exc)
 
     async def _send(self, effect: ToolEffect, params: Mapping[str, Any],
-                    call: AsyncEffectCall) -> types.CallToolResult:
+                    sent: _Sent) -> types.CallToolResult:
+        call = sent.call
         try:
             answer = await self.upstream.call_effect(
                 outgoing(effect, params, call.key, call.fencing_epoch))
         except UpstreamRefused as exc:
+            sent.failed = True
             await call.failed(results.refusal_record(exc.error))
             raise MCPError.from_error_data(exc.error) from None
         record = results.record_of(answer)
-        if answer.is_error:
-            event = await call.failed(record)
-        else:
-            event = await call.succeeded(record)
+        sent.failed = answer.is_error
+        event = await (call.failed(record) if answer.is_error else call.succeeded(record))
         return results.tool_result(record, call.key, event.state, replayed=False)
+
+    async def _unrecorded(self, sent: _Sent, effect: ToolEffect, operation: Operation,
+                          exc: EffectlogError) -> types.CallToolResult:
+        """The log refused or failed after the dispatch. When the upstream had answered, the
+        key may be settled anyway (its RECORD landed, or a reconciler recorded first): a
+        settled outcome of the answer's kind is what every repeat gets, so it is the answer;
+        one of another kind is a conflict the agent is told about. Else the call is in doubt."""
+        current = await self._current(sent.call)
+        key, state = sent.call.key, current.state
+        if sent.failed is not None and state in (State.SUCCEEDED, State.FAILED, State.ABANDONED):
+            if state is (State.FAILED if sent.failed else State.SUCCEEDED):
+                logger.info("%s: settled %s before this answer was recorded (%s)", key,
+                            state.value, exc)
+                return results.replay(current, effect, operation)
+            logger.warning("%s: the upstream answered %s, the log settled it %s: %s", key,
+                           "an error" if sent.failed else "success", state.value, exc)
+            return results.conflict(current, sent.failed)
+        logger.warning("%s: the answer could not be recorded: %s", key, exc)
+        return results.in_doubt(current, effect, f"the answer could not be recorded: {exc}",
+                                operation)
 
     async def _settled_since(self, event: EffectEvent, effect: ToolEffect, operation: Operation,
                              again: bool) -> types.CallToolResult | _Retry:

@@ -89,6 +89,18 @@ def in_doubt(event: EffectEvent, effect: ToolEffect, reason: str = "",
                   key, state)
 
 
+def conflict(event: EffectEvent, failed: bool) -> types.CallToolResult:
+    """The tool error for an upstream answer the log settled otherwise before it was recorded
+    (a reconciler's lookup or a person's decision came first): the log's outcome stands."""
+    key, state = event.idempotency_key, event.state
+    by = f" by {event.approval.by}" if event.approval else (
+        f" by {event.outcome.source}" if event.outcome and event.outcome.source else "")
+    return _error(f"conflict: the upstream answered {'an error' if failed else 'success'}, "
+                  f"but effect {key} was settled {state.value}{by} before that answer could be "
+                  f"recorded. The log keeps {state.value}; check the upstream before acting on "
+                  "either.", key, state)
+
+
 def again(operation: Operation | None) -> str:
     """What calling again does: meets the same effect (a client key or an argument names it),
     or, for a call the run numbered, is a new effect unless the call passes the key."""
