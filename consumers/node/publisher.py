@@ -180,15 +180,20 @@ class Publisher:
 
     def run(self, stop: threading.Event) -> None:
         """Publish every owned partition every ``interval_s`` until ``stop`` is set (and
-        take fenced writers again when it is time)."""
+        take fenced writers again when it is time), then once more: a member stopped before
+        its first round (or whose handles are left unclosed at exit) still leaves its last
+        state and checkpoint, with the partition count, for the next owner."""
         while not stop.wait(self.interval_s):
             self.retake()
-            for partition in self.owned():
-                try:
-                    self.publish(partition)
-                except BackendUnavailable as exc:
-                    logger.warning("partition %d: publication failed (retried): %s",
-                                   partition, exc)
+            self._round("retried")
+        self._round("the next owner replays from the previous checkpoint")
+
+    def _round(self, then: str) -> None:
+        for partition in self.owned():
+            try:
+                self.publish(partition)
+            except BackendUnavailable as exc:
+                logger.warning("partition %d: publication failed (%s): %s", partition, then, exc)
 
     def close(self) -> None:
         with self._lock:

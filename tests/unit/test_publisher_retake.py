@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,4 +256,18 @@ def test_a_partition_fenced_and_unpublished_is_seen_aging_until_published_again(
     assert member.publisher.publish(0) and member.publisher.unpublished_s() == {0: 0.0}
     member.publisher.release([0], final=True)
     assert member.publisher.unpublished_s() == {}
+    member.close()
+
+
+def test_a_member_stopped_before_its_first_round_still_publishes_what_it_applied(
+        tmp_path: Path) -> None:
+    changelog = MemoryChangelog()
+    [member] = members(tmp_path, records(), changelog, Clock())
+    member.publisher.interval_s = 3600.0  # stopped long before the first round is due
+    member.assign()
+    _apply_upto(member.projector, 4)
+    stop = threading.Event()
+    stop.set()
+    member.publisher.run(stop)
+    assert checkpoints(changelog) == [4]
     member.close()
