@@ -147,4 +147,4 @@ def test_catch_up_is_bounded_by_the_timeout(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "still" in done.stderr and "event(s) behind the log" in done.stderr
     left = int(done.stderr.split("still ")[1].split(" ")[0])
-    assert 0 < left < len(items)
+    assert 0 < left <= len(items)  # a loaded machine may apply nothing in 0.1 s
