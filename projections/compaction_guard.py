@@ -16,8 +16,11 @@ lag (less a margin for the clocks of this host and the brokers): everything afte
 is younger still, so nothing there can have been removed. A gap after an older record may be
 compaction (transaction markers and aborted records look the same to a reader), and the
 partition is *halted* before it: its state stays exactly what was applied below the gap, and
-nothing past the gap is applied or judged. The end of what a source can read is never such a
-gap: what compaction removes there would need a later record, and there is none yet.
+nothing past the gap is applied or judged. The end of what a source can read is judged the same
+way: compaction removes a record there only behind a later tombstone of its key, and the
+tombstone itself after ``delete.retention.ms``, so a key's whole history can vanish from the
+end. One empty offset there is harmless (a commit marker, or a lone tombstone whose removal
+leaves its key as it was); more, after an old record, halt the partition.
 """
 
 from __future__ import annotations
@@ -110,8 +113,7 @@ class CompactionGuard:
         if partition in self._halted:
             return [r for r in records if r.offset <= mark.offset]
         self._newest = max(self._newest, records[-1].timestamp_ms)
-        lag = self.lag_ms or 0
-        oldest_safe = self._now_ms() - lag + min(lag // 2, MAX_MARGIN_MS)
+        oldest_safe = self._oldest_safe()
         for index, record in enumerate(records):
             if mark.timestamp_ms is not None and mark.timestamp_ms > oldest_safe:
                 break  # this record and all after it are too young to have been removed
@@ -130,17 +132,32 @@ class CompactionGuard:
 
     def reached(self, partition: int, offset: int) -> bool:
         """Whether ``partition`` may move its offset to ``offset``, the end of what could be
-        read (the offsets before it hold no records: never a compaction gap, see above)."""
+        read: the offsets before it hold no readable record. One such offset is a commit
+        marker, or a lone tombstone whose removal leaves its key as it was; more after an old
+        record may be a key's whole history, removed behind its tombstone: a gap (see above)."""
         mark = self._marks.get(partition)
         if mark is None:
             return True
         if partition in self._halted:
             return False
+        if offset - 1 > mark.offset + 1:
+            oldest_safe = self._oldest_safe()
+            if mark.timestamp_ms is None or mark.timestamp_ms <= oldest_safe:
+                stamp = self._stamp(partition, mark)
+                if (stamp is None or stamp <= oldest_safe) and \
+                        not self._gap(partition, mark.offset + 1, offset, stamp):
+                    return False
         if offset - 1 > mark.offset:
             self._marks[partition] = _Mark(offset - 1, mark.timestamp_ms)
         return True
 
     # -- internals -----------------------------------------------------------------------
+
+    def _oldest_safe(self) -> int:
+        """Records younger than this (the brokers' time less the lag, plus a margin for the
+        clocks) cannot have been removed."""
+        lag = self.lag_ms or 0
+        return self._now_ms() - lag + min(lag // 2, MAX_MARGIN_MS)
 
     def _now_ms(self) -> int:
         """The brokers' time, as well as this host can tell: its own clock, or the newest

@@ -90,9 +90,10 @@ def test_a_gap_after_an_old_record_halts_the_partition_before_it() -> None:
     assert made.halted() == {}
 
 
-def test_the_end_of_what_could_be_read_is_never_a_gap() -> None:
+def test_one_empty_offset_at_the_end_of_what_could_be_read_is_no_gap() -> None:
     """An idle partition: its last record is old, a transaction marker follows (offset 1),
-    the reader reaches the end; a week later a new record comes at 2."""
+    the reader reaches the end; a week later a new record comes at 2. (More empty offsets
+    there: tests/unit/test_compaction_guard_tail.py.)"""
     made, halts = guard()
     assert made.admit(0, [record(0, OLD)]) == [record(0, OLD)]
     assert made.reached(0, 2)
