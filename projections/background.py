@@ -47,6 +47,7 @@ class RestoreJob:
     done: threading.Event = field(default_factory=threading.Event)
     writer: PartitionWriter | None = None
     error: BaseException | None = None
+    started: bool = False  # taken up by the restore thread (under its lock)
 
 
 class BackgroundRestores:
@@ -57,6 +58,7 @@ class BackgroundRestores:
         self.give_up_s = give_up_s
         self._jobs: dict[int, RestoreJob] = {}  # the projector thread's: not yet taken back
         self._queue: queue.Queue[RestoreJob | None] = queue.Queue()
+        self._lock = threading.Lock()  # a job is either started or stopped before it starts
         self._thread: threading.Thread | None = None
 
     def submit(self, partition: int, start: int) -> None:
@@ -81,11 +83,14 @@ class BackgroundRestores:
         return done
 
     def cancel(self, partitions: Iterable[int]) -> None:
-        """Stop the restores of ``partitions`` and wait until none of them writes."""
+        """Stop the restores of ``partitions`` and wait until none of them writes (only a
+        running one can: one still queued never starts, and is not waited for)."""
         jobs = [self._jobs.pop(p) for p in partitions if p in self._jobs]
-        for job in jobs:
-            job.stop.set()
-        for job in jobs:
+        with self._lock:
+            for job in jobs:
+                job.stop.set()
+            running = [job for job in jobs if job.started]
+        for job in running:
             while not job.done.wait(5.0):
                 logger.warning("partition %d: waiting for its restore to stop", job.partition)
 
@@ -99,8 +104,10 @@ class BackgroundRestores:
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
+            with self._lock:
+                job.started = not job.stop.is_set()
             try:
-                if not job.stop.is_set():
+                if job.started:
                     job.writer = self._restore(job)
             except RestoreCancelled:
                 pass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from effectlog.log.kafka.group import GroupSource
     from effectlog.log.kafka.settings import KafkaSettings
     from projections.projector import Projector
-    from projections.store import PartitionWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +104,15 @@ class Grouping:
                 rebalanced.clear()
                 stop.wait(0.2)  # let the rest of the group finish the same rebalance
 
-    def standbys(self, writers: Mapping[int, PartitionWriter]) -> dict[int, int]:
-        """The partitions kept warm here for other members, with their next offset."""
+    def standbys(self) -> dict[int, int]:
+        """The partitions kept warm here for other members, with their next offset: the open
+        copies only (one still being restored is emptied and refilled: never read)."""
         from consumers.node.standby import WithStandbys
 
-        held = self.source.held if isinstance(self.source, WithStandbys) else []
-        return {p: writers[p].next_offset for p in held if p in writers}
+        if not isinstance(self.source, WithStandbys):
+            return {}
+        writers = self.source.projector.writers()
+        return {p: writers[p].next_offset for p in self.source.held if p in writers}
 
     def _plan_standbys(self, url: str, count: int) -> None:
         from consumers.node.standby import WithStandbys, standby_partitions

@@ -307,7 +307,7 @@ class Node:
 
     def standbys(self) -> dict[int, int]:
         """The partitions this node keeps warm for other members, with their next offset."""
-        return self.grouping.standbys(self.store.writers())
+        return self.grouping.standbys()
 
     def _watch_log(self, bound: str | None) -> Callable[[threading.Event], None]:
         def body(stop: threading.Event) -> None:

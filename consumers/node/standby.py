@@ -110,7 +110,9 @@ class WithStandbys(RecordSource):
         with self._lock:
             self._owned.update(partitions)
         promoted = [p for p in partitions if p in self._held]
-        at = self.projector.next_offsets() if promoted else {}
+        # the open copies only: next_offsets() would open every partition when none is open
+        # yet (a promoted copy still restoring), the other members' too
+        at = {p: w.next_offset for p, w in self.projector.writers().items()}
         halted = self.projector.guard.halted()
         for partition in promoted:
             self.standby.drop(partition)
