@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from effectlog.errors import InvalidInput
+
 
 class State(StrEnum):
     """Where an effect stands after its latest accepted transition."""
@@ -105,11 +107,11 @@ class Outcome:
     source: str = WORKER
 
     def to_record(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "result_json": json.dumps(self.result, sort_keys=True, separators=(",", ":")),
-            "source": self.source,
-        }
+        try:
+            result = json.dumps(self.result, sort_keys=True, separators=(",", ":"))
+        except RecursionError:
+            raise InvalidInput("outcome.result is nested too deeply") from None
+        return {"status": self.status.value, "result_json": result, "source": self.source}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Outcome:

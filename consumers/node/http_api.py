@@ -140,7 +140,8 @@ class _Api:
         key = request.match_info["key"]
         try:
             min_offset = _int(query, "min_offset", 0, 2**63 - 1)
-            timeout_ms = _int(query, "timeout_ms", 0, MAX_TIMEOUT_MS) or DEFAULT_TIMEOUT_MS
+            asked = _int(query, "timeout_ms", 0, MAX_TIMEOUT_MS)  # 0: do not wait
+            timeout_ms = DEFAULT_TIMEOUT_MS if asked is None else asked
             fresh = _flag(query, "fresh")
             validate_key(key)  # a malformed key is the asker's error (400), not unknown (404)
         except InvalidInput as exc:

@@ -69,18 +69,26 @@ class JudgeRoute:
         for theirs in await asyncio.gather(*(
                 self._ask(owner, fingerprint, timeout_s, asked)
                 for owner, asked in elsewhere.items())):
+            if isinstance(theirs, CannotJudge):  # an owner of another release: said at once
+                return _reply(409, {"error": str(theirs), "reason": "cannot_judge"})
             answers.extend(theirs[0])
             unanswered.extend(theirs[1])
         return _reply(200, {"answers": answers, "unanswered": unanswered})
 
-    async def _ask(self, owner: str, fingerprint: str, timeout_s: float,
-                   asked: list[Query]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The owner's answers to ``asked``; all unanswered when it gives none."""
+    async def _ask(self, owner: str, fingerprint: str, timeout_s: float, asked: list[Query]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | CannotJudge:
+        """The owner's answers to ``asked``; all unanswered when it gives none; its refusal
+        when it cannot judge the asker's events (HTTP 409)."""
         body = json.dumps({"judge": fingerprint, "timeout_ms": int(timeout_s * 1000),
                            "queries": [query_json(q) for q in asked]}).encode("utf-8")
         reply = await self.forwarder.post(owner, PATH, body, timeout_s + 5)
         failed = [{"key": q.key, "partition": -1, "reason": f"owner {owner} did not answer"}
                   for q in asked]
+        if reply is not None and reply.status == 409:
+            try:
+                return CannotJudge(str(json.loads(reply.body)["error"]))
+            except (ValueError, KeyError, TypeError):
+                return CannotJudge(f"owner {owner} cannot judge these events (HTTP 409)")
         if reply is None or reply.status != 200:
             return [], failed
         try:

@@ -13,8 +13,10 @@ were judged on their own, as a second writer's would be).
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from effectlog.errors import EffectlogError, Fenced
@@ -29,7 +31,58 @@ from effectlog.worker.requests import Request, Steps
 from effectlog.worker.writes import Known
 
 BATCH_LINES = 2000
+#: A batch ends early when no next line came within this: a worker that writes a line and
+#: waits for its answer before the next one is answered.
+LINGER_S = 0.05
 Planned = tuple[int, EffectEvent, bool]  # line number, event, whether it was appended now
+Line = tuple[int, dict[str, Any]]  # line number, parsed request
+_END = object()
+
+
+class _Failed:
+    """What reading the lines raised, handed to the batching thread."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def batches(lines: Iterable[Line], size: int = BATCH_LINES,
+            linger_s: float = LINGER_S) -> Iterator[list[Line]]:
+    """``lines`` (read on a thread of their own) in batches of at most ``size``; a batch also
+    ends when no next line came within ``linger_s``. A line that cannot be read ends the batch
+    before it, then its error is raised."""
+    ready: queue.Queue[Line | _Failed | object] = queue.Queue(maxsize=4 * size)
+
+    def read() -> None:
+        try:
+            for item in lines:
+                ready.put(item)
+        except BaseException as exc:  # raised on the batching thread, after the lines before
+            ready.put(_Failed(exc))
+            return
+        ready.put(_END)
+
+    threading.Thread(target=read, name="append-input", daemon=True).start()
+    batch: list[Line] = []
+    while True:
+        try:
+            item = ready.get(timeout=linger_s) if batch else ready.get()
+        except queue.Empty:
+            yield batch
+            batch = []
+            continue
+        if item is _END:
+            break
+        if isinstance(item, _Failed):
+            if batch:
+                yield batch
+            raise item.error
+        batch.append(item)  # type: ignore[arg-type]
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 class _Plan:

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from effectlog.errors import InvalidInput
-from effectlog.keys import make_key, validate_fencing_epoch
+from effectlog.keys import canonical_payload, make_key, validate_fencing_epoch
 from effectlog.text import check_free_text, shorten
 from effectlog.worker.core import MAX_WORKER_ID
 
@@ -31,11 +31,13 @@ OUTCOME_FIELDS = ("status", "result")
 def parse_line(number: int, line: str) -> dict[str, Any]:
     """The request of line ``number``; :class:`InvalidInput` prefixed ``line N:`` if bad."""
     try:
-        request = json.loads(line)
+        request = json.loads(line, object_pairs_hook=_no_repeated_names)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}") from exc
     except RecursionError:
         raise InvalidInput(f"line {number}: JSON nested too deeply") from None
+    except ValueError as exc:  # a repeated name, or an integer of more than 4,300 digits
+        raise InvalidInput(f"line {number}: {exc}") from None
     try:
         return check_request(request)
     except InvalidInput as exc:
@@ -86,6 +88,17 @@ def _check_text(field: str, value: object, *, empty: bool) -> None:
         raise InvalidInput(f"{field!r} is not valid Unicode: lone surrogate {bad}") from None
 
 
+def _no_repeated_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose names are all different: a repeated one would keep its last value only
+    (a line taken in part)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(name for name, _ in pairs if name in seen or seen.add(name))  # type: ignore[func-returns-value]
+        raise ValueError(f"field {shorten(twice)} is given twice")
+    return found
+
+
 def _check_outcome(outcome: object) -> None:
     if not isinstance(outcome, dict) or str(outcome.get("status", "")).lower() not in (
             "succeeded", "failed"):
@@ -94,3 +107,7 @@ def _check_outcome(outcome: object) -> None:
     if unknown:
         raise InvalidInput(f"unknown field {shorten('outcome.' + unknown[0])}; an outcome has "
                            f"{', '.join(OUTCOME_FIELDS)}")
+    try:  # what payload takes, result takes: JSON every reader can read back
+        canonical_payload(outcome.get("result"))
+    except InvalidInput as exc:
+        raise InvalidInput(f"outcome.result {str(exc).removeprefix('payload ')}") from None

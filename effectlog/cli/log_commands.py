@@ -98,7 +98,7 @@ def append(obj: CliContext, verify: bool, server: str | None) -> None:
                 log.verify()
                 lines = itertools.chain([(number, request)], _requests(after=number))
                 if log.conditional and server is None:
-                    _append_line_by_line(log, lines)
+                    _append_line_by_line(log, lines, obj.timeout_s)
                 else:
                     if not verify:
                         raise InvalidInput(f"--no-verify is refused on {log.url}: without "
@@ -135,7 +135,10 @@ def _emit(event: EffectEvent, position: Any) -> None:
     })
 
 
-def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]]) -> None:
+def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]],
+                         timeout_s: float) -> None:
+    """Each line on a compare-and-append log; a dispatch accepted later than ``timeout_s``
+    after its append began is refused, as through the judge (docs/reference/append.md)."""
     from effectlog.worker import Worker
 
     workers: dict[str, Worker] = {}
@@ -143,7 +146,8 @@ def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]]) 
         try:
             worker = workers.get(request["worker_id"])
             if worker is None:
-                worker = workers[request["worker_id"]] = Worker(log, request["worker_id"])
+                worker = workers[request["worker_id"]] = Worker(log, request["worker_id"],
+                                                                accept_timeout_s=timeout_s)
             worker.last_position = None
             event = _apply(worker, request, number)
         except EffectlogError as exc:
@@ -155,29 +159,14 @@ def _append_line_by_line(log: Any, lines: Iterable[tuple[int, dict[str, Any]]]) 
 
 def _append_in_batches(log: Any, lines: Iterable[tuple[int, dict[str, Any]]], server: str,
                        timeout_s: float) -> None:
-    from effectlog.cli.append_batch import BATCH_LINES, run_batch
+    from effectlog.cli.append_batch import batches, run_batch
     from effectlog.judge.client import ClusterJudge
 
     judge = ClusterJudge(server, timeout_s=timeout_s, wait_s=timeout_s, retry_for_s=timeout_s)
-    batch: list[tuple[int, dict[str, Any]]] = []
     try:
-        source = iter(lines)
-        while True:
-            try:
-                item = next(source)
-            except StopIteration:
-                break
-            except EffectlogError:
-                if batch:
-                    run_batch(log, batch, judge, _apply, _emit, timeout_s)  # the lines before it
-                raise
-            batch.append(item)
-            if len(batch) >= BATCH_LINES:
-                run_batch(log, batch, judge, _apply, _emit, timeout_s)
-                sys.stdout.flush()
-                batch = []
-        if batch:
+        for batch in batches(lines):
             run_batch(log, batch, judge, _apply, _emit, timeout_s)
+            sys.stdout.flush()
     finally:
         judge.close()
 

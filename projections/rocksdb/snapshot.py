@@ -34,6 +34,17 @@ _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _SEP = b"\x00"
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps_ascii = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _encoded(values: Any) -> bytes:
+    """``values`` as UTF-8 JSON; escaped to ASCII when a string holds a lone surrogate (a
+    record can carry one: JSON allows "\\ud800"), so no record on the log stops a projector."""
+    text = _dumps(values)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _dumps_ascii(values).encode("ascii")
 
 
 # -- state CF --------------------------------------------------------------------------------
@@ -66,7 +77,7 @@ def encode_snapshot(e: EffectEvent, logged_at: int | None = None,
     ``logged_at`` defaults to the event's own time."""
     outcome = e.outcome
     approval = e.approval
-    return _dumps([
+    return _encoded([
         FORMAT, e.idempotency_key, e.operation_id, e.kind, e.target, e.payload_hash,
         e.transition.value, e.state.value, e.fencing_epoch, e.worker_id, e.attempt,
         e.created_at, e.occurred_at,
@@ -79,7 +90,7 @@ def encode_snapshot(e: EffectEvent, logged_at: int | None = None,
         e.event_id,
         e.occurred_at if logged_at is None else logged_at,
         [list(pair) for pair in accepted],
-    ]).encode("utf-8")
+    ])
 
 
 def snapshot_from_fields(fields: Sequence[Any], logged_at: int, accepted: Accepted) -> bytes:
@@ -89,7 +100,7 @@ def snapshot_from_fields(fields: Sequence[Any], logged_at: int, accepted: Accept
     if payload is not None:
         fields = [*fields[:_PAYLOAD_AT - 1], base64.b64encode(payload).decode("ascii"),
                   *fields[_PAYLOAD_AT:]]
-    return _dumps([FORMAT, *fields, logged_at, [list(pair) for pair in accepted]]).encode("utf-8")
+    return _encoded([FORMAT, *fields, logged_at, [list(pair) for pair in accepted]])
 
 
 def decode_stored(raw: bytes) -> Stored:
@@ -202,9 +213,9 @@ def rejected_key(offset: int) -> bytes:
 def encode_rejection(partition: int, offset: int, key: str, reason: str, detail: str,
                      raw: bytes, at_ms: int) -> bytes:
     """A JSON header line, then the record's raw bytes unchanged."""
-    head = _dumps({"partition": partition, "offset": offset, "key": key, "reason": reason,
-                   "detail": detail[:2000], "at_ms": at_ms})
-    return head.encode("utf-8") + b"\n" + raw
+    head = _encoded({"partition": partition, "offset": offset, "key": key, "reason": reason,
+                     "detail": detail[:2000], "at_ms": at_ms})
+    return head + b"\n" + raw
 
 
 def decode_rejection(value: bytes) -> tuple[dict[str, Any], bytes]:

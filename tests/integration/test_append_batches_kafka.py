@@ -115,3 +115,30 @@ def test_a_line_the_judge_refused_is_not_printed_as_accepted(kafka_url: str,
     finally:
         real.close()
         log.close()
+
+
+def test_a_worker_waiting_for_its_answer_gets_it_before_writing_more(kafka_url: str,
+                                                                      judge: Serve) -> None:
+    """A non-Python worker writes one line, keeps stdin open, and reads the answer before its
+    next line: a batch ends when no next line comes (it used to wait for 2,000 lines or EOF)."""
+    import os
+    import select
+
+    worker = subprocess.Popen([sys.executable, "-m", "effectlog.cli.main", "--log", kafka_url,
+                               "append", "--server", judge.url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert worker.stdin is not None and worker.stdout is not None
+    try:
+        for line in transitions(1):
+            worker.stdin.write(json.dumps(line) + "\n")
+            worker.stdin.flush()
+            ready, _, _ = select.select([worker.stdout.fileno()], [], [], 30)
+            assert ready, f"no answer to {line['transition']} within 30 s, stdin open"
+            answer = json.loads(worker.stdout.readline())
+            assert answer["transition"] == str(line["transition"]).upper()
+        worker.stdin.close()
+        assert worker.wait(60) == 0, worker.stderr.read() if worker.stderr else ""
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            os.waitpid(worker.pid, 0)

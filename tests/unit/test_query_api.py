@@ -136,6 +136,9 @@ def test_a_wait_past_the_log_end_times_out_with_504(node: Node,
     assert answer.status == 504 and "short of 1000" in json.loads(answer.data)["error"]
     with pytest.raises(BackendUnavailable, match="short of 1000"):
         StateClient(node.url).get(_key(0), min_offset=999, timeout_ms=50)
+    started = time.monotonic()  # timeout_ms=0: do not wait (it used to wait the default 5 s)
+    answer = http.request("GET", f"{node.url}/v1/effects/{_key(0)}?min_offset=999&timeout_ms=0")
+    assert answer.status == 504 and time.monotonic() - started < 4.0
 
 
 def test_list_and_stats_read_like_the_cli(node: Node, tmp_path: Path, log_url: str) -> None:
