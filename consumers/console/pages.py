@@ -83,7 +83,7 @@ def detail(event: dict[str, Any]) -> str:
     if event.get("transition") == "APPROVE" and approval:
         return f"{approval['decision']} by {approval['by']}: {approval['reason']}"
     if event.get("transition") == "RECORD" and outcome:
-        result = json.dumps(outcome.get("result"), sort_keys=True, ensure_ascii=False)
+        result = _json_text(outcome.get("result"))
         return f"{outcome['status']} ({recorded_by(outcome.get('source'))}): {result[:200]}"
     if event.get("error"):
         return str(event["error"])
@@ -144,7 +144,7 @@ def payload_text(event: dict[str, Any]) -> str | None:
         return f"(not JSON, base64) {event['payload_b64']}"
     if event.get("payload") is None:
         return None
-    return json.dumps(event["payload"], indent=2, sort_keys=True, ensure_ascii=False)
+    return _json_text(event["payload"], indent=2)
 
 
 def header(stats: dict[str, Any] | None) -> dict[str, Any]:
@@ -168,3 +168,14 @@ def environment() -> Environment:
     env.globals.update(STATE_NOTES=STATE_NOTES, list_url=list_url, DECIDABLE=DECIDABLE,
                        payload_text=payload_text, run_of=run_of)
     return env
+
+
+def _json_text(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON text, its Unicode as it is; escaped where it holds a lone surrogate
+    (a result recorded as a provider sent it), which no page could encode."""
+    text = json.dumps(value, indent=indent, sort_keys=True, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=indent, sort_keys=True)
+    return text

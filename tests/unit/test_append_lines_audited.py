@@ -90,3 +90,13 @@ def test_a_dispatch_accepted_later_than_the_timeout_is_refused_on_sqlite(tmp_pat
         holder.close()
     assert late.returncode == 3 or took < 1.0, (late.returncode, took, late.stdout[:200])
     assert "DISPATCH" not in late.stdout
+
+
+def test_the_console_shows_a_result_with_half_an_emoji_escaped() -> None:
+    from consumers.console.pages import detail
+
+    shown = detail({"transition": "RECORD", "outcome": {
+        "status": "SUCCEEDED", "source": "worker", "result": {"s": "h\u00e9 \ud83d"}}})
+    assert shown.encode("utf-8") and '"h\\u00e9 \\ud83d"' in shown
+    assert "hé" in detail({"transition": "RECORD", "outcome": {
+        "status": "SUCCEEDED", "source": "worker", "result": "hé"}})
