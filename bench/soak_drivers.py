@@ -29,6 +29,10 @@ from tools.kafka.cluster import KafkaCluster
 EFFECTLOG = Path(sys.executable).with_name("effectlog")
 
 
+#: How long the first starts of a soak's ``serve`` may take to serve before being killed anyway.
+FIRST_SERVE_WITHIN_S = 60.0
+
+
 class ServeUnderFire:
     """One ``effectlog serve`` process (``args`` after ``effectlog``, which serve on ``url``),
     SIGKILLed after a seeded random uptime and started again, until :meth:`stop` ends it
@@ -36,7 +40,9 @@ class ServeUnderFire:
     those by exit status (4: the log was unreachable when it started; anything else is a
     crash). ``starts`` counts the processes started, ``served`` those seen serving (their
     ``/healthz`` listed a partition as serving) before they ended, ``ready_s`` how long
-    each of those took to."""
+    each of those took to. Until a start has served, none is killed before it serves (for at
+    most :data:`FIRST_SERVE_WITHIN_S`): on a loaded machine every start of a short soak could
+    otherwise die while still starting, and the soak would test no serving instance."""
 
     def __init__(self, args: list[str], url: str, stderr: Path, env: dict[str, str],
                  rng: random.Random, uptime_s: tuple[float, float], name: str = "serve") -> None:
@@ -72,12 +78,14 @@ class ServeUnderFire:
             self.starts += 1
             spawned = time.monotonic()
             until = spawned + self.rng.uniform(*self.uptime_s)
-            seen = False
-            while proc.poll() is None and time.monotonic() < until:
+            seen, wait_serving = False, self.served == 0
+            while proc.poll() is None and (time.monotonic() < until or (
+                    wait_serving and not seen
+                    and time.monotonic() < spawned + FIRST_SERVE_WITHIN_S)):
                 if not seen and self._serving():
                     seen = True
                     self.ready_s.append(time.monotonic() - spawned)
-                if self._stop.wait(min(0.2, max(0.0, until - time.monotonic()))):
+                if self._stop.wait(min(0.2, max(0.05, until - time.monotonic()))):
                     return
             if proc.poll() is not None:  # exited by itself: start it again after a moment
                 self.exits[proc.returncode] += 1
