@@ -39,9 +39,6 @@ logger = logging.getLogger(__name__)
 HaltCallback = Callable[[int, str], None]
 #: At most this much of the lag is set aside for the clocks of this host and the brokers.
 MAX_MARGIN_MS = 60_000
-#: How long a record may stay below a reader's end unseen (in an open transaction) before it
-#: can be read: the brokers' default ``transaction.max.timeout.ms``.
-OPEN_TRANSACTION_MS = 900_000
 
 
 class CompactionGap(Conflict):
@@ -79,7 +76,7 @@ class CompactionGuard:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._marks: dict[int, _Mark] = {}
         self._halted: dict[int, str] = {}
-        self._end_seen: dict[int, int] = {}  # when this host last saw the partition's end
+        self._caught_up: set[int] = set()  # reached their end since they started here
         self._newest = 0  # the newest record time read: the brokers' clock is at least there
 
     def lag_read(self, lag_ms: int | None) -> None:
@@ -97,14 +94,14 @@ class CompactionGuard:
     def start(self, partition: int, next_offset: int) -> None:
         """``partition`` resumes at ``next_offset``: the records below it were applied."""
         self._halted.pop(partition, None)
-        self._end_seen.pop(partition, None)
+        self._caught_up.discard(partition)
         if self.lag_ms is not None:
             self._marks[partition] = _Mark(next_offset - 1, None)
 
     def forget(self, partition: int) -> None:
         self._marks.pop(partition, None)
         self._halted.pop(partition, None)
-        self._end_seen.pop(partition, None)
+        self._caught_up.discard(partition)
 
     def halted(self) -> dict[int, str]:
         """The halted partitions, with why."""
@@ -140,17 +137,18 @@ class CompactionGuard:
         """Whether ``partition`` may move its offset to ``offset``, the end of what could be
         read: the offsets before it hold no readable record. One such offset is a commit
         marker, or a lone tombstone whose removal leaves its key as it was; more after an old
-        record may be a key's whole history, removed behind its tombstone: a gap (see above),
-        unless they came after an end this guard saw too recently for the cleaner to have
-        reached them (a live projector meeting an aborted transaction)."""
+        record may be a key's whole history, removed behind its tombstone: a gap (see above).
+        Only the first end reached after :meth:`start` is judged so: what appears past an end
+        the projector has reached, it reads as it comes (an aborted transaction of a worker
+        killed mid-write, on a partition idle for longer than the lag, is no gap)."""
         mark = self._marks.get(partition)
         if mark is None:
             return True
         if partition in self._halted:
             return False
-        seen, now = self._end_seen.get(partition), self._clock_ms()
-        self._end_seen[partition] = now
-        if offset - 1 > mark.offset + 1 and not self._came_since(seen, now):
+        first = partition not in self._caught_up
+        self._caught_up.add(partition)
+        if first and offset - 1 > mark.offset + 1:
             oldest_safe = self._oldest_safe()
             if mark.timestamp_ms is None or mark.timestamp_ms <= oldest_safe:
                 stamp = self._stamp(partition, mark)
@@ -162,13 +160,6 @@ class CompactionGuard:
         return True
 
     # -- internals -----------------------------------------------------------------------
-
-    def _came_since(self, seen: int | None, now: int) -> bool:
-        """Whether offsets that were past the end seen at ``seen`` are too young, even with
-        an open transaction's records among them, to have been removed."""
-        lag = self.lag_ms or 0
-        return seen is not None and \
-            now - seen + OPEN_TRANSACTION_MS < lag - min(lag // 2, MAX_MARGIN_MS)
 
     def _oldest_safe(self) -> int:
         """Records younger than this (the brokers' time less the lag, plus a margin for the
