@@ -91,11 +91,11 @@ def _check_text(field: str, value: object, *, empty: bool) -> None:
 def _no_repeated_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object whose names are all different: a repeated one would keep its last value only
     (a line taken in part)."""
-    found = dict(pairs)
-    if len(found) != len(pairs):
-        seen: set[str] = set()
-        twice = next(name for name, _ in pairs if name in seen or seen.add(name))  # type: ignore[func-returns-value]
-        raise ValueError(f"field {shorten(twice)} is given twice")
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ValueError(f"field {shorten(name)} is given twice")
+        found[name] = value
     return found
 
 

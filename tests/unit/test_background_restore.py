@@ -98,6 +98,23 @@ class TwoPartitions(MemoryLog):
         return {p: len(kept) for p, kept in self.kept.items()} if topic == EVENTS else {}
 
 
+def publish(log: TwoPartitions, changelog: HeldChangelog, state: Path,
+            partitions: tuple[int, ...]) -> dict[int, int]:
+    """Project ``log`` under ``state`` and publish ``partitions`` to ``changelog``, as their
+    owner would; the offset each checkpoint was published at."""
+    published = {}
+    with Projector(log, state, SETTINGS, follow_swaps=False) as owner:
+        owner.run(once=True)
+        for partition in partitions:
+            writer = owner.store.writers()[partition]  # type: ignore[attr-defined]
+            changes = writer.take_changes()
+            assert changes is not None
+            changelog.records[partition] = [*changes.changes,
+                                            (CHECKPOINT_KEY, changes.checkpoint(LOG_ID))]
+            published[partition] = writer.next_offset
+    return published
+
+
 def published_log(tmp: Path) -> tuple[TwoPartitions, HeldChangelog, int]:
     """A log whose partition 0 was published (then got a tail), partition 1 never; the
     offset partition 0's checkpoint was published at."""
@@ -105,13 +122,7 @@ def published_log(tmp: Path) -> tuple[TwoPartitions, HeldChangelog, int]:
     log = TwoPartitions(changelog)
     log.add(0, "p0", 1500)
     log.add(1, "p1", 5)
-    with Projector(log, tmp / "owner", SETTINGS, follow_swaps=False) as owner:
-        owner.run(once=True)
-        writer = owner.store.writers()[0]  # type: ignore[attr-defined]
-        changes = writer.take_changes()
-        assert changes is not None
-        changelog.records[0] = [*changes.changes, (CHECKPOINT_KEY, changes.checkpoint(LOG_ID))]
-        published = writer.next_offset
+    published = publish(log, changelog, tmp / "owner", (0,))[0]
     log.add(0, "tail0", 5)
     log.add(1, "more1", 5)
     return log, changelog, published

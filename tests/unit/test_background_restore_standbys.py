@@ -24,11 +24,11 @@ from effectlog.log.changelog import CHECKPOINT_KEY
 from effectlog.log.source import AssignmentListener, Fetched, RecordSource
 from projections.projector import Projector
 from tests.unit.test_background_restore import (
-    LOG_ID,
     SETTINGS,
     HeldChangelog,
     Node,
     TwoPartitions,
+    publish,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,13 +53,8 @@ def published(tmp_path: Path) -> Iterator[tuple[TwoPartitions, HeldChangelog, st
     log = TwoPartitions(changelog)
     log.add(0, "p0", 1500)
     log.add(1, "p1", 50)
-    with Projector(log, tmp_path / "owner", SETTINGS, follow_swaps=False) as owner:
-        owner.run(once=True)
-        for partition in (0, 1):
-            changes = owner.store.writers()[partition].take_changes()  # type: ignore[attr-defined]
-            changelog.records[partition] = [*changes.changes,
-                                            (CHECKPOINT_KEY, changes.checkpoint(LOG_ID))]
-        key = sorted(k.decode() for k, v in changelog.records[0] if v and k != CHECKPOINT_KEY)[-1]
+    publish(log, changelog, tmp_path / "owner", (0, 1))
+    key = sorted(k.decode() for k, v in changelog.records[0] if v and k != CHECKPOINT_KEY)[-1]
     changelog.hold_after = 100
     releaser = threading.Timer(8.0, changelog.release.set)
     releaser.start()
