@@ -25,15 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from effectlog.errors import BackendUnavailable, WrongLog
+from effectlog.log.changelog import ReadStopped
 from projections.store import PartitionWriter
 
 logger = logging.getLogger(__name__)
 
-class RestoreCancelled(Exception):
-    """A restore was stopped because its partition went away (revoked, lost, swapped)."""
-
-
-#: Restores ``partition`` (the first argument) until the event (second argument) is set.
+#: Restores ``partition`` (the first argument) until the event (second argument) is set,
+#: then raises :class:`~effectlog.log.changelog.ReadStopped`.
 RestoreFunction = Callable[[int, threading.Event], PartitionWriter]
 
 
@@ -109,7 +107,7 @@ class BackgroundRestores:
             try:
                 if job.started:
                     job.writer = self._restore(job)
-            except RestoreCancelled:
+            except ReadStopped:  # its partition went away (revoked, lost, swapped)
                 pass
             except BaseException as exc:  # raised again on the projector thread
                 job.error = exc
@@ -128,5 +126,5 @@ class BackgroundRestores:
                 logger.warning("partition %d: restore failed (%s); trying again in %.2gs",
                                job.partition, exc, pause)
                 if job.stop.wait(pause):
-                    raise RestoreCancelled from exc
+                    raise ReadStopped from exc
                 pause = min(2 * pause, 2.0)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from effectlog.log.base import EVENTS, EventLog
-from effectlog.log.changelog import Change, Changelog
-from projections.background import BackgroundRestores, RestoreCancelled, RestoreJob
+from effectlog.log.changelog import Changelog
+from projections.background import BackgroundRestores, RestoreJob
 from projections.checkpoint import Checkpoint, check_partition_count
 from projections.progress import logged
 from projections.store import PartitionWriter, ProjectionStore
@@ -67,12 +67,12 @@ def restore_partition(store: ProjectionStore, log: EventLog, changelog: Changelo
                       partition: int, count: int,
                       stop: threading.Event | None = None) -> PartitionWriter:
     """``partition`` emptied and filled from ``changelog`` (``count``: the log's partitions);
-    setting ``stop`` ends the read with :class:`RestoreCancelled`."""
+    setting ``stop`` ends the read with :class:`~effectlog.log.changelog.ReadStopped`."""
     started = time.monotonic()
     writer = store.reset_writer(partition, partitions=count)
-    changes = logged(changelog.read(partition),
+    changes = logged(changelog.read(partition, stop),
                      f"partition {partition} restoring from the changelog", logger)
-    writer.restore(changes if stop is None else _until(stop, changes), log.identity())
+    writer.restore(changes, log.identity())
     writer.bind_log(log)
     logger.info("partition %d restored from the changelog up to offset %d in %.2fs",
                 partition, writer.next_offset, time.monotonic() - started)
@@ -133,9 +133,3 @@ class PartitionOpener:
         return restore_partition(self.store, self.log, self.changelog, partition,
                                  self.log.partitions(EVENTS), stop)
 
-
-def _until(stop: threading.Event, changes: Iterable[Change]) -> Iterator[Change]:
-    for index, change in enumerate(changes):
-        if index % 512 == 0 and stop.is_set():
-            raise RestoreCancelled
-        yield change

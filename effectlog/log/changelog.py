@@ -17,6 +17,7 @@ fenced writer had not committed is never read by a restore.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 
@@ -25,6 +26,11 @@ CHECKPOINT_KEY = b"\x00checkpoint"
 
 #: One changelog record: a key and its stored state, or None (the key was removed).
 Change = tuple[bytes, bytes | None]
+
+
+class ReadStopped(Exception):
+    """A changelog read ended because its ``stop`` event was set (its partition was taken
+    away from the reader): what it yielded so far is not the whole partition."""
 
 
 class ChangelogWriter(ABC):
@@ -52,10 +58,11 @@ class Changelog(ABC):
         """Take ``partition`` for publishing, fencing every earlier writer of it."""
 
     @abstractmethod
-    def read(self, partition: int) -> Iterator[Change]:
+    def read(self, partition: int, stop: threading.Event | None = None) -> Iterator[Change]:
         """Every committed record of ``partition`` (compacted: the latest per key, with
         checkpoints among them), oldest first, up to an end that stopped moving (see
-        :func:`read_to_settled_end`)."""
+        :func:`read_to_settled_end`). Once ``stop`` is set the read raises
+        :class:`ReadStopped` promptly, also while the log sends nothing."""
 
     @abstractmethod
     def last_checkpoint(self, partition: int) -> bytes | None:
@@ -72,7 +79,8 @@ SETTLE_ROUNDS = 100
 
 
 def read_to_settled_end(end: Callable[[], int], records: Callable[[int, int], Iterator[Change]],
-                        rounds: int = SETTLE_ROUNDS) -> Iterator[Change]:
+                        rounds: int = SETTLE_ROUNDS,
+                        stop: threading.Event | None = None) -> Iterator[Change]:
     """The records of ``[0, end)``, then of each stretch the end moved by while they were
     read, until it stops moving (at most ``rounds`` times).
 
@@ -82,9 +90,11 @@ def read_to_settled_end(end: Callable[[], int], records: Callable[[int, int], It
     then miss the key altogether. The later record is in a later stretch, so reading on to
     the end gets it, and the last checkpoint read still covers everything before it.
     """
-    start, stop = 0, end()
+    start, until = 0, end()
     for _ in range(rounds):
-        yield from records(start, stop)
-        start, stop = stop, end()
-        if stop <= start:
+        yield from records(start, until)
+        if stop is not None and stop.is_set():
+            raise ReadStopped
+        start, until = until, end()
+        if until <= start:
             return

@@ -20,7 +20,13 @@ from consumers.node.gate import PartitionGate
 from effectlog.codec import event_codec
 from effectlog.errors import BackendUnavailable, LogMissing
 from effectlog.log.base import EVENTS, Record
-from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
+from effectlog.log.changelog import (
+    CHECKPOINT_KEY,
+    Change,
+    Changelog,
+    ChangelogWriter,
+    ReadStopped,
+)
 from effectlog.log.memory import MemoryLog
 from effectlog.log.source import LogSource
 from effectlog.machine import advance, new_effect
@@ -35,7 +41,8 @@ SETTINGS = ProjectorSettings(decoder="inline", idle_sleep_s=0.0)
 
 class HeldChangelog(Changelog):
     """Publications per partition; a read stops after ``hold_after`` records until
-    ``release`` is set (at most 10 s), and fails ``failures`` times first."""
+    ``release`` is set (at most 10 s), as a silent broker would, and fails ``failures``
+    times first. Like every changelog, it ends a read whose ``stop`` is set."""
 
     def __init__(self) -> None:
         self.records: dict[int, list[Change]] = {0: [], 1: []}
@@ -48,14 +55,20 @@ class HeldChangelog(Changelog):
     def writer(self, partition: int) -> ChangelogWriter:
         raise NotImplementedError
 
-    def read(self, partition: int) -> Iterator[Change]:
+    def read(self, partition: int, stop: threading.Event | None = None) -> Iterator[Change]:
         self.reads += 1
         if self.failures:
             raise self.failures.pop(0)
         for index, change in enumerate(list(self.records[partition])):
             if index == self.hold_after:
                 self.holding.set()
-                assert self.release.wait(10.0), "the test never let the read go"
+                for _ in range(1000):
+                    if self.release.wait(0.01):
+                        break
+                    if stop is not None and stop.is_set():
+                        raise ReadStopped
+                else:
+                    raise AssertionError("the test never let the read go")
             yield change
 
     def last_checkpoint(self, partition: int) -> bytes | None:
@@ -194,14 +207,18 @@ def test_a_partition_taken_away_mid_restore_stops_its_restore(tmp_path: Path) ->
     projector, gate, source = node.projector, node.gate, node.source
     try:
         assert changelog.holding.wait(10.0)
-        threading.Timer(0.3, changelog.release.set).start()
+        # the read sends nothing more (a silent broker): taking the partition away stops it
+        # at once, not when the read would have failed (the group waits on this callback)
+        revoking = time.monotonic()
         node.assignments.revoked([0], lost=False)  # waits until the restore stopped writing
+        assert time.monotonic() - revoking < 5.0 and not changelog.release.is_set()
         assert gate.status(0) is None
         assert projector.restoring() == {} and projector.assignment == [1]
         assert 0 not in projector.store.writers()  # type: ignore[attr-defined]
         for _ in range(50):
             projector.step(source)
         assert 0 not in projector.next_offsets()  # the stopped restore is never opened
+        changelog.hold_after = 10**9
         node.assignments.assigned([0])  # given back: restored afresh, completely
         assert gate.status(0) == "restoring"
         steps_until(projector, source, lambda: gate.status(0) == "serving")

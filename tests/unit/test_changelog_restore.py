@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -24,7 +25,13 @@ from effectlog.audit import Replay
 from effectlog.codec import event_codec
 from effectlog.errors import Fenced
 from effectlog.log.base import EVENTS, EventLog, Record
-from effectlog.log.changelog import CHECKPOINT_KEY, Change, Changelog, ChangelogWriter
+from effectlog.log.changelog import (
+    CHECKPOINT_KEY,
+    Change,
+    Changelog,
+    ChangelogWriter,
+    ReadStopped,
+)
 from effectlog.log.memory import MemoryLog
 from effectlog.verifier import Published
 from projections.checkpoint import Checkpoint
@@ -45,8 +52,11 @@ class MemoryChangelog(Changelog):
         self.generation += 1
         return _Writer(self, self.generation)
 
-    def read(self, partition: int) -> Iterator[Change]:
-        return iter(list(self.records))
+    def read(self, partition: int, stop: threading.Event | None = None) -> Iterator[Change]:
+        for change in list(self.records):
+            if stop is not None and stop.is_set():
+                raise ReadStopped
+            yield change
 
     def last_checkpoint(self, partition: int) -> bytes | None:
         found = [v for k, v in self.records if k == CHECKPOINT_KEY]

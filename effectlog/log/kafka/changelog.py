@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,7 @@ from effectlog.log.changelog import (
     Change,
     Changelog,
     ChangelogWriter,
+    ReadStopped,
     read_to_settled_end,
 )
 from effectlog.log.kafka.producer import error_text, producer_config
@@ -192,12 +194,13 @@ class KafkaChangelog(Changelog):
     def writer(self, partition: int) -> KafkaChangelogWriter:
         return KafkaChangelogWriter(self.settings, partition)
 
-    def read(self, partition: int) -> Iterator[Change]:
+    def read(self, partition: int, stop: threading.Event | None = None) -> Iterator[Change]:
         consumer = self._consumer()
         try:
             yield from read_to_settled_end(
                 lambda: self._end(consumer, partition),
-                lambda start, end: self._records(consumer, partition, start, end))
+                lambda start, end: self._records(consumer, partition, start, end, stop),
+                stop=stop)
         finally:
             consumer.close()
 
@@ -241,9 +244,11 @@ class KafkaChangelog(Changelog):
                                      f"{found.error.str() if found.error else found.offset}")
         return int(found.offset)
 
-    def _records(self, consumer: Consumer, partition: int, start: int,
-                 end: int) -> Iterator[Change]:
-        """The committed records of ``[start, end)``."""
+    def _records(self, consumer: Consumer, partition: int, start: int, end: int,
+                 stop: threading.Event | None = None) -> Iterator[Change]:
+        """The committed records of ``[start, end)``; :class:`ReadStopped` once ``stop``
+        is set (checked at every ask of the consumer, so within READ_WAIT_S while the
+        broker is silent)."""
         if start >= end:
             return
         consumer.assign([TP(self.name, partition, start)])
@@ -251,6 +256,8 @@ class KafkaChangelog(Changelog):
         deadline = time.monotonic() + quiet_s
         try:
             while True:
+                if stop is not None and stop.is_set():
+                    raise ReadStopped
                 batch = consumer.consume(READ_BATCH, READ_WAIT_S)
                 if batch:
                     deadline = time.monotonic() + quiet_s  # bounded by silence, not by size
