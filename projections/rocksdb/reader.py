@@ -36,6 +36,7 @@ from projections.rocksdb.snapshot import (
     APPLIED_KEY,
     decode_rejection,
     decode_snapshot,
+    index_entry,
     index_range,
     offset_key,
     pack_u64,
@@ -169,10 +170,13 @@ class PartitionReads(ProjectionReader):
         while it.valid():
             self.index_steps += 1
             entry: bytes = it.key()
-            key = entry[skip + 8:].decode("utf-8")
-            raw = state_cf.get(entry[skip + 8:])
-            if raw is not None:
-                yield unpack_u64(entry[skip:skip + 8]), key, bytes(raw)
+            name = entry[skip + 8:]
+            raw = state_cf.get(name)
+            # The iterator reads the index as it was when the scan began, the state family as
+            # it is now: a key that moved on meanwhile (a DISPATCH applied since) is yielded
+            # only under its new entry, so its age and its snapshot always belong together.
+            if raw is not None and index_entry(bytes(raw), name) == entry:
+                yield unpack_u64(entry[skip:skip + 8]), name.decode("utf-8"), bytes(raw)
             it.next()
 
     def scan_logged(self, state: State, older_than_ms: int | None = None,
