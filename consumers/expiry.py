@@ -4,7 +4,9 @@ An effect that reached SUCCEEDED, FAILED or ABANDONED can change no more; after 
 it is expired by a tombstone on the events topic (:meth:`EventLog.expire`). The projector
 judges a tombstone like any record (:func:`effectlog.machine.check_expiry`): it removes a
 settled key (state, index entry, counted as ``expired``) and is rejected for an open or
-unknown one, so whoever writes it, the state stays what a replay gives. A key used again
+unknown one, so whoever writes it, the state stays what a replay gives. Each tombstone names
+the effect it expires (:data:`Expiring`), so one of two expirers that picked the same effect
+never removes the effect the key holds after it was used again. A key used again
 after it expired is a new effect. Kafka's compaction then drops the key's older records
 and, after ``delete.retention.ms``, the tombstone itself; on SQLite :meth:`EventLog.purge_expired`
 deletes them once the tombstone is older than ``purge_after_s``.
@@ -65,27 +67,31 @@ class ExpiryPass:
     purged: int
 
 
-def expiring(reader: ProjectionReader, before_ms: int, limit: int) -> list[str]:
-    """Settled keys whose last transition was logged before ``before_ms``, at most ``limit``
-    (oldest first within each state)."""
-    keys: list[str] = []
+#: A settled effect to expire: its key, and the event id of its last accepted event (what
+#: its tombstone names, so that it expires this effect and never one the key holds later).
+Expiring = tuple[str, str]
+
+
+def expiring(reader: ProjectionReader, before_ms: int, limit: int) -> list[Expiring]:
+    """Settled effects whose last transition was logged before ``before_ms``, at most
+    ``limit`` (oldest first within each state)."""
+    found: list[Expiring] = []
     for state in SETTLED_STATES:
-        if len(keys) >= limit:
+        if len(found) >= limit:
             break
         for logged in reader.scan_logged(state, older_than_ms=before_ms,
-                                         limit=limit - len(keys)):
-            keys.append(logged.event.idempotency_key)
-    return keys
+                                         limit=limit - len(found)):
+            found.append((logged.event.idempotency_key, logged.event.event_id))
+    return found
 
 
-def expire_pass(log: EventLog, keys: Sequence[str], settings: ExpirySettings,
+def expire_pass(log: EventLog, effects: Sequence[Expiring], settings: ExpirySettings,
                 now: int | None = None) -> ExpiryPass:
-    """Tombstone ``keys`` and purge what the log keeps past ``purge_after_s``."""
+    """Tombstone ``effects`` and purge what the log keeps past ``purge_after_s``."""
     at = now_ms() if now is None else now
-    if keys:
-        log.expire(keys)
+    written = log.expire(effects) if effects else {}
     purged = log.purge_expired(at - int(settings.purge_after_s * 1000))
-    return ExpiryPass(list(keys), purged)
+    return ExpiryPass(list(written), purged)
 
 
 class Expirer:
@@ -112,10 +118,11 @@ class Expirer:
             return None
         self._pending.clear()
         now = now_ms()
-        keys = expiring(self.reader, now - int(self.settings.retention_s * 1000),
-                        self.settings.batch)
-        positions = self.log.expire(keys) if keys else []
-        for position in positions:
+        effects = expiring(self.reader, now - int(self.settings.retention_s * 1000),
+                           self.settings.batch)
+        written = self.log.expire(effects) if effects else {}
+        keys = list(written)
+        for position in written.values():
             end = position.offset + 1
             if end > self._pending.get(position.partition, 0):
                 self._pending[position.partition] = end

@@ -55,6 +55,13 @@ class NotSettled(Conflict):
     reason = "not_settled"
 
 
+class ExpiresAnother(Conflict):
+    """An expiry (a tombstone) naming an effect the key no longer holds: the key expired and
+    was used again since, and this second expiry would remove the new effect."""
+
+    reason = "expires_another"
+
+
 class Fenced(Conflict):
     """The writer's fencing epoch is stale or owned by another worker."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from effectlog.errors import (
     Conflict,
+    ExpiresAnother,
     Fenced,
     IllegalTransition,
     InvalidInput,
@@ -88,14 +89,21 @@ def check(current: EffectEvent | None, event: EffectEvent) -> None:
     _check_epoch(current, event)
 
 
-def check_expiry(current: EffectEvent | None, key: str) -> None:
+def check_expiry(current: EffectEvent | None, key: str, of: str | None = None) -> None:
     """Raise :class:`NotSettled` unless ``current`` may expire: an expiry (a tombstone on
     the log) removes a settled key, whose state no transition can change, so the key used
-    again is a new effect. An open or unknown key is never removed."""
+    again is a new effect. An open or unknown key is never removed. A tombstone naming the
+    effect it expires (``of``: the event id of its last accepted event) removes that effect
+    only: :class:`ExpiresAnother` when the key holds another one (two expirers raced, the
+    key was used again between their tombstones)."""
     if current is None:
         raise NotSettled(f"expiry of {key}: no such effect")
     if current.state not in SETTLED:
         raise NotSettled(f"expiry of {key}: it is {current.state.value}, not settled")
+    if of is not None and current.event_id != of:
+        raise ExpiresAnother(f"expiry of {key}: it expires the effect whose last event is {of}, "
+                             f"but the key holds another (last event {current.event_id}): "
+                             "it expired and was used again since")
 
 
 def check_binding(current: EffectEvent | None, event: EffectEvent) -> None:
@@ -183,7 +191,7 @@ def fold(events: Iterable[EffectEvent | Expiry]) -> tuple[EffectEvent | None,
     for event in events:
         try:
             if isinstance(event, Expiry):
-                check_expiry(current, event.key)
+                check_expiry(current, event.key, event.of)
                 current = None
                 continue
             check(current, event)
@@ -196,9 +204,11 @@ def fold(events: Iterable[EffectEvent | Expiry]) -> tuple[EffectEvent | None,
 
 @dataclass(frozen=True, slots=True)
 class Expiry:
-    """A tombstone of ``key`` read from the log (a record without a value)."""
+    """A tombstone of ``key`` read from the log (a record without a value); ``of`` is the
+    effect it expires, when it names one (see :func:`check_expiry`)."""
 
     key: str
+    of: str | None = None
 
 
 def new_effect(operation_id: str, kind: str, target: str, payload: Any, worker_id: str, *,

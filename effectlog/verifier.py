@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from effectlog.errors import Conflict, InvalidInput, NotSettled
+from effectlog.errors import Conflict, ExpiresAnother, InvalidInput, NotSettled
 from effectlog.keys import make_key
 from effectlog.log.base import Position, Record
 from effectlog.machine import check, check_expiry
@@ -140,8 +140,8 @@ class HistoryVerifier:
         elif key not in self._first_hash and (self.trust_first or key in self.partial_keys):
             return self._unjudged()  # a window's first record of the key
         try:
-            check_expiry(self._current.get(key), key)
-        except NotSettled as exc:
+            check_expiry(self._current.get(key), key, record.expires)
+        except (NotSettled, ExpiresAnother) as exc:
             return Violation(record.position, key, exc.reason, str(exc))
         self._current.pop(key, None)
         self._current_at.pop(key, None)

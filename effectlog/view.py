@@ -30,7 +30,7 @@ def decode_events(log: EventLog, key: str, records: list[Record] | None = None, 
     events: list[EffectEvent | Expiry] = []
     for record in log.read_key(EVENTS, key) if records is None else records:
         if not record.value:
-            events.append(Expiry(record.key))
+            events.append(Expiry(record.key, record.expires))
             continue
         try:
             event = EffectEvent.from_record(codec.decode(record.value))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,25 +13,28 @@ from effectlog.cli.output_file import output_file
 from effectlog.cli.read_commands import _client, _fresh_reader, catch_up_option, server_option
 from effectlog.errors import InvalidInput
 
+if TYPE_CHECKING:
+    from consumers.expiry import Expiring
+
 SETTLED_NAMES = ("SUCCEEDED", "FAILED", "ABANDONED")
 
 
 def _candidates(obj: CliContext, server: str | None, older_than: str, cutoff: int, limit: int,
-                catch_up: bool) -> list[str]:
-    """Settled keys whose last transition was logged before ``cutoff``, from the projection
-    (local, or the group's through ``server``)."""
+                catch_up: bool) -> list[Expiring]:
+    """Settled effects whose last transition was logged before ``cutoff``, from the
+    projection (local, or the group's through ``server``)."""
     if server:
-        keys: list[str] = []
+        found: list[Expiring] = []
         with _client(obj, server) as client:
             for state in SETTLED_NAMES:
                 after = None
-                while len(keys) < limit:
+                while len(found) < limit:
                     page, after = client.list_page(state, older_than,
-                                                   min(1000, limit - len(keys)), after)
-                    keys.extend(str(s["idempotency_key"]) for s in page)
+                                                   min(1000, limit - len(found)), after)
+                    found.extend((str(s["idempotency_key"]), str(s["event_id"])) for s in page)
                     if after is None:
                         break
-        return keys[:limit]
+        return found[:limit]
     from consumers.expiry import expiring
 
     reader = _fresh_reader(obj, ("state", "index", "metadata"), catch_up)
@@ -93,7 +96,8 @@ def expire(obj: CliContext, older_than: str, archive: str | None, purge_after: s
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from None
     now = int(time.time() * 1000)
-    keys = _candidates(obj, server, older_than, now - retention_ms, limit, catch_up)
+    effects = _candidates(obj, server, older_than, now - retention_ms, limit, catch_up)
+    keys = [key for key, _ in effects]
     report: dict[str, Any] = {"older_than": older_than, "keys": len(keys), "dry_run": dry_run,
                               "archive": archive, "archived_records": 0, "purged": 0}
     if not dry_run:
@@ -101,9 +105,10 @@ def expire(obj: CliContext, older_than: str, archive: str | None, purge_after: s
         try:
             if archive is not None and keys:
                 report["archived_records"] = _archive(log, keys, archive)
-            report["purged"] = expire_pass(log, keys, settings, now).purged
+            done = expire_pass(log, effects, settings, now)
         finally:
             log.close()
+        report["purged"], keys = done.purged, done.expired
     if as_json:
         emit_json({**report, "expired": [] if dry_run else keys,
                    "would_expire": keys if dry_run else []})

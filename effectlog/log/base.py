@@ -34,6 +34,8 @@ class Position(NamedTuple):
 #: The value of a tombstone: an expiry of its key (see :meth:`EventLog.expire`). Kafka
 #: writes it as a null value, the tombstone of its compaction.
 TOMBSTONE = b""
+#: The Kafka record header of a tombstone naming the effect it expires (its last event id).
+EXPIRES_HEADER = "effectlog-expires"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,10 @@ class Record:
     key: str
     value: bytes
     timestamp_ms: int
+    #: A tombstone's named effect: the event id of the last accepted event of the effect it
+    #: expires (None: any settled effect, as tombstones of earlier releases and of logs
+    #: that append them conditionally)
+    expires: str | None = None
 
     @property
     def position(self) -> Position:
@@ -104,11 +110,31 @@ class EventLog(ABC):
         """Durably append several records; per-key order follows ``items`` order."""
         return [self.append(topic, key, value) for key, value in items]
 
-    def expire(self, keys: Sequence[str]) -> list[Position]:
-        """Append a tombstone (:data:`TOMBSTONE`) of each key to the events topic: the
-        projector removes a settled key on it and rejects it for any other (see
-        :func:`effectlog.machine.check_expiry`)."""
-        return self.append_ordered(EVENTS, [(key, TOMBSTONE) for key in keys])
+    def expire(self, effects: Sequence[tuple[str, str]]) -> dict[str, Position]:
+        """Expire settled effects, each given as (key, the event id of its last accepted
+        event): a tombstone (:data:`TOMBSTONE`) of its key on the events topic, on which the
+        projector removes the key if it is settled (see
+        :func:`effectlog.machine.check_expiry`). The keys whose tombstone was written, and where.
+
+        A tombstone must expire that effect and no other: two expirers may pick the same
+        key, and the second tombstone could land after the key expired and was used again.
+        A compare-and-append log writes it only if the key, folded by the rules, still ends
+        with that event and nothing came after (so not at all otherwise); a log without
+        compare-and-append names the event in the tombstone, which the rules check."""
+        if not self.conditional:
+            raise NotImplementedError(f"{type(self).__name__} cannot expire effects")
+        from effectlog.machine import fold  # the rules, read once per key (like purge_expired)
+        from effectlog.view import decode_events
+
+        written: dict[str, Position] = {}
+        for key, event_id in effects:
+            records = self.read_key(EVENTS, key)
+            current, _ = fold(decode_events(self, key, records))
+            if current is None or current.event_id != event_id:
+                continue  # expired already, and perhaps used again since
+            if appended := self.append_after(EVENTS, key, [TOMBSTONE], records[-1].offset):
+                written[key] = appended[0]
+        return written
 
     def purge_expired(self, before_ms: int) -> int:
         """Delete the records of keys whose accepted tombstone was logged before

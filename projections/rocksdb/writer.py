@@ -24,7 +24,7 @@ from pathlib import Path
 from rocksdict import WriteBatch, WriteOptions
 
 from effectlog.codec import event_codec
-from effectlog.errors import Conflict, EffectlogError, NotSettled
+from effectlog.errors import Conflict, EffectlogError, ExpiresAnother, NotSettled
 from effectlog.log.base import EventLog, Record
 from effectlog.log.changelog import Change
 from effectlog.machine import check, check_binding, check_expiry
@@ -222,8 +222,8 @@ class RocksPartitionWriter(PartitionWriter):
             if not record.value:  # a tombstone: the key's expiry
                 key = record.key
                 try:
-                    check_expiry(current.get(key), key)
-                except NotSettled as exc:
+                    check_expiry(current.get(key), key, record.expires)
+                except (NotSettled, ExpiresAnother) as exc:
                     self._reject(batch, counts, record, key, exc.reason, str(exc))
                     rejected += 1
                     continue

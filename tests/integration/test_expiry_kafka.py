@@ -140,3 +140,39 @@ def test_expire_archives_first_then_removes_and_restores_equal_a_replay(
     assert rebuilt.returncode == 0, rebuilt.stderr
     truth = replayed(url, tmp_path / "replay")  # that replay, resumed past compaction
     assert digests(member.state_dir, list(range(PARTITIONS))) == truth
+
+
+def test_a_second_tombstone_of_an_expired_effect_leaves_the_key_used_again_alone(
+        kafka_url: str, tmp_path: Path) -> None:
+    """Two expirers picked the same effect: the first tombstone expires it, the key is used
+    again, then the second tombstone lands. It names the effect it expires (a record header:
+    Kafka has no compare-and-append), so the projector rejects it: the new effect stays."""
+    member = Serve(tmp_path, "x", kafka_url, None)
+    log = open_log(kafka_url)
+    judge = ClusterJudge(member.url, wait_s=10, retry_for_s=10)
+    calls: list[str] = []
+    key = "agent:again:email.send:mailto:again@example.com"
+    try:
+        wait_until(lambda: len(member.serving()) == 6, 60, "serve serves every partition")
+        perform(Worker(log, "w1", judge=judge), calls, "again")
+        first = Worker(log, "w1", judge=judge).get(key)
+        assert first is not None
+        assert list(log.expire([(key, first.event_id)])) == [key]
+        wait_until(lambda: stats(member)["expired"] == 1, 30, "the first tombstone applied")
+        perform(Worker(log, "w2", judge=judge), calls, "again")  # a new effect
+        second = Worker(log, "w3", judge=judge).get(key)
+        assert second is not None and second.event_id != first.event_id
+        late = log.expire([(key, first.event_id)])  # the other expirer's tombstone
+        wait_until(lambda: stats(member)["rejected_total"] >= 1, 30, "the late tombstone judged")
+        figures = stats(member)
+        assert figures["rejected"] == {"expires_another": 1}, figures
+        assert figures["expired"] == 1 and figures["held"] == 1, figures
+        assert Worker(log, "w4", judge=judge).get(key) == second
+        perform(Worker(log, "w5", judge=judge), calls, "again")  # a retry: the settled outcome
+        assert calls == ["again", "again"]
+        [record] = log.read(EVENTS, late[key].partition, late[key].offset, 1)
+        assert record.value == b"" and record.expires == first.event_id
+    finally:
+        judge.close()
+        log.close()
+        member.stop()

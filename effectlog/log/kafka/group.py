@@ -23,13 +23,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 
 from effectlog.errors import BackendUnavailable, InvalidInput, WrongLog
 from effectlog.log.base import COMMANDS, EVENTS, EventLog, Record
 from effectlog.log.kafka.producer import error_text
+from effectlog.log.kafka.reader import record_of
 from effectlog.log.kafka.settings import KafkaSettings
 from effectlog.log.source import AssignmentListener, Fetched, RecordSource
 
@@ -168,7 +169,7 @@ class GroupSource(RecordSource):
                 continue
             if partition is None or offset is None:
                 continue
-            records.append(_record(partition, offset, msg))
+            records.append(record_of(EVENTS, partition, offset, msg))
         return Fetched(records, reached)
 
     def seek(self, partition: int, offset: int) -> None:
@@ -381,13 +382,6 @@ class GroupCommandOffsets:
 
     def close(self) -> None:
         return None
-
-
-def _record(partition: int, offset: int, msg: Message) -> Record:
-    kind, stamp = msg.timestamp()
-    key = msg.key()
-    return Record(EVENTS, partition, offset, key.decode("utf-8") if key else "",
-                  msg.value() or b"", stamp if kind else 0)
 
 
 def _listed(partitions: list[int]) -> str:

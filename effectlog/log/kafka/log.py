@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from effectlog.errors import BackendUnavailable, Conflict, InvalidInput
-from effectlog.log.base import EVENTS, EventLog, Position, Record
+from effectlog.log.base import EVENTS, EXPIRES_HEADER, TOMBSTONE, EventLog, Position, Record
 from effectlog.log.kafka.admin import topic_id
 from effectlog.log.kafka.changelog import KafkaChangelog
 from effectlog.log.kafka.ends import EndOffsetRounds
 from effectlog.log.kafka.partitioner import murmur2_partition
-from effectlog.log.kafka.producer import AppendProducer, error_text
+from effectlog.log.kafka.producer import AppendProducer, Headers, error_text
 from effectlog.log.kafka.reader import PartitionReader
 from effectlog.log.kafka.settings import KafkaSettings
 from effectlog.log.kafka.transactions import TransactionalAppender
@@ -89,6 +89,22 @@ class KafkaLog(EventLog):
         """One pipelined produce on the idempotent producer: in order, one round trip, no
         transaction (a writer killed mid-call may leave some of the records)."""
         return self._produce(topic, items, atomic=False)
+
+    def expire(self, effects: Sequence[tuple[str, str]]) -> dict[str, Position]:
+        """Tombstones (null values: compaction removes the keys) naming the effect each
+        expires in its :data:`EXPIRES_HEADER`; pipelined like :meth:`append_ordered`."""
+        if not effects:
+            return {}
+        name = self.settings.topic(EVENTS)
+        handle = self._writer()
+        self._ensure_writer_topic(name, handle)
+        items = [(key, TOMBSTONE) for key, _ in effects]
+        headers: list[Headers] = [[(EXPIRES_HEADER, event_id.encode("utf-8"))]
+                                  for _, event_id in effects]
+        positions = handle.append(name, EVENTS, items, headers)
+        if any(position.offset < 0 for position in positions):
+            positions = self._place(EVENTS, items, positions)
+        return {key: position for (key, _), position in zip(items, positions, strict=True)}
 
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: What makes an append durable and its partition computable: never overridable.
 INVARIANTS = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
+#: The headers of one produced record (name, value).
+Headers = list[tuple[str, str | bytes | None]]
 REPORT_SLACK_S = 5.0  # how long past message.timeout.ms we wait for a delivery report
 #: librdkafka's statistics carry the idempotent producer's state: how :meth:`AppendProducer.
 #: wait_ready` learns the producer id is assigned (a 2 KB string every 100 ms, not parsed).
@@ -136,9 +138,11 @@ class AppendProducer:
     def unavailable(self, detail: str) -> BackendUnavailable:
         return BackendUnavailable(f"kafka broker {self.settings.bootstrap} unreachable: {detail}")
 
-    def append(self, name: str, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
-        """Produce ``items`` to topic ``name`` and wait for every delivery report (a durable
-        record whose report named no offset is at offset -1; see :class:`Delivery`)."""
+    def append(self, name: str, topic: str, items: Sequence[tuple[str, bytes]],
+               headers: Sequence[Headers] | None = None) -> list[Position]:
+        """Produce ``items`` to topic ``name`` (``headers``: each item's record headers) and
+        wait for every delivery report (a durable record whose report named no offset is at
+        offset -1; see :class:`Delivery`)."""
         delivery = Delivery(topic, len(items))
         produce, partitions = self.producer.produce, self.settings.partitions
         budget = self.settings.timeout_s
@@ -150,8 +154,12 @@ class AppendProducer:
             while True:
                 try:
                     # an empty value is a tombstone: null, as Kafka's compaction knows it
-                    produce(name, value or None, encoded, partition=partition,
-                            on_delivery=callback)
+                    if headers is None:
+                        produce(name, value or None, encoded, partition=partition,
+                                on_delivery=callback)
+                    else:
+                        produce(name, value or None, encoded, partition=partition,
+                                on_delivery=callback, headers=headers[index])
                     break
                 except BufferError:  # local queue full: let deliveries drain it
                     if time.monotonic() > stalled:

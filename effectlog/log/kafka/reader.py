@@ -16,12 +16,13 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from typing import cast
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as TP
 
 from effectlog.errors import BackendUnavailable
-from effectlog.log.base import Record
+from effectlog.log.base import EXPIRES_HEADER, Record
 from effectlog.log.kafka.producer import error_text
 from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
 
@@ -181,7 +182,7 @@ class PartitionReader:
                 if msg.topic() != name or msg.partition() != partition or at is None \
                         or at < position:
                     continue  # left over from an earlier assignment
-                records.append(_record(topic, partition, at, msg))
+                records.append(record_of(topic, partition, at, msg))
                 position = at + 1
             self._cursor = (name, partition, position)
         if position >= end:  # stop fetching: no idle long-poll left to delay the next request
@@ -236,8 +237,14 @@ def _refresh(client: Consumer, name: str, timeout: float) -> None:
         client.list_topics(name, timeout=timeout)
 
 
-def _record(topic: str, partition: int, offset: int, msg: Message) -> Record:
+def record_of(topic: str, partition: int, offset: int, msg: Message) -> Record:
+    """The :class:`Record` of a consumed message (a tombstone with the effect it names)."""
     kind, stamp = msg.timestamp()
-    key = msg.key()
+    key, value = msg.key(), msg.value()
+    expires = None
+    if not value:
+        for name, header in cast(list[tuple[str, bytes | None]], msg.headers() or []):
+            if name == EXPIRES_HEADER and header is not None:
+                expires = header.decode("utf-8", "replace")
     return Record(topic, partition, offset, key.decode("utf-8") if key else "",
-                  msg.value() or b"", stamp if kind else 0)
+                  value or b"", stamp if kind else 0, expires)
