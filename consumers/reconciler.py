@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from consumers.commands import ReconciliationCommand
 from consumers.policy import ApprovalPolicy
 from consumers.table import Action, Facts, Verdict, decide, needs_lookup
-from effectlog.errors import BackendUnavailable, CodecError, Conflict, EffectlogError, WrongLog
+from effectlog.errors import (
+    BackendUnavailable,
+    CodecError,
+    Conflict,
+    EffectlogError,
+    InvalidInput,
+    WrongLog,
+)
 from effectlog.log.base import COMMANDS, EventLog
 from effectlog.machine import advance, payload_hash_of_bytes
 from effectlog.metrics import Metrics
@@ -39,10 +46,10 @@ from effectlog.provider import (
     LookupResult,
     LookupStatus,
     Provider,
-    ProviderError,
     ProviderFailed,
 )
 from effectlog.worker import Worker, default_worker_id
+from effectlog.worker.base import unknown_reason
 
 if TYPE_CHECKING:
     from effectlog.judge.query import Judge
@@ -252,12 +259,23 @@ class Reconciler:
                                            event.fencing_epoch, payload)
         except ProviderFailed as exc:
             failure = exc.result if exc.result is not None else {"error": str(exc)}
-            return self.worker.record(key, State.FAILED, failure, source=REDISPATCH).state
-        except (ProviderError, OSError) as exc:
-            return self.worker.unknown(key, f"re-dispatch: {type(exc).__name__}: {exc}"[:500]).state
+            return self._record(key, State.FAILED, failure)
+        except Exception as exc:  # an outage, or an adapter's bug: the call may have happened
+            return self.worker.unknown(key, f"re-dispatch: {unknown_reason(exc)}"[:500]).state
         if self.metrics:
             self.metrics.confirmed.inc()
-        return self.worker.record(key, State.SUCCEEDED, result, source=REDISPATCH).state
+        return self._record(key, State.SUCCEEDED, result)
+
+    def _record(self, key: str, status: State, result: Any) -> State:
+        """Record the re-dispatch's outcome; one that cannot be recorded (an adapter
+        answering what is not JSON) leaves the effect UNKNOWN with the reason, as a worker's
+        would, rather than stopping the reconciler with the effect DISPATCHED."""
+        try:
+            return self.worker.record(key, status, result, source=REDISPATCH).state
+        except (TypeError, ValueError, InvalidInput) as exc:
+            reason = f"re-dispatch answered {status.value} with a result that cannot be " \
+                     f"recorded: {unknown_reason(exc)}"
+            return self.worker.unknown(key, reason[:500]).state
 
     def _route_to_worker(self, current: EffectEvent, reason: str) -> State:
         """Claim the key with the reason in the event's error, once: a worker holding the

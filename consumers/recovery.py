@@ -87,7 +87,7 @@ class RecoverySettings:
                            command_timeout_s=float(body.get("command_timeout_s",
                                                             self.command_timeout_s)),
                            max_commands=int(body.get("max_commands", self.max_commands)))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # int(1e999)
             raise InvalidInput(f"bad recovery settings: {type(exc).__name__}: {exc}") from None
 
 

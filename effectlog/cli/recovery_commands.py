@@ -159,11 +159,17 @@ def reconcile(obj: CliContext, provider_spec: str, once: bool, worker_id: str | 
     log = obj.open_log()  # first: a wrong or unreachable log leaves no provider file behind
     try:
         log.verify()
-        provider = load_provider(provider_spec)
+        judge = _judge(log, server, obj.timeout_s)  # so does a refused one (no --server)
     except BaseException:
         log.close()
         raise
-    judge = _judge(log, server, obj.timeout_s)
+    try:
+        provider = load_provider(provider_spec)
+    except BaseException:
+        if judge is not None:
+            judge.close()
+        log.close()
+        raise
     offsets = OffsetStore(consumer_db_path(obj.state_dir, "reconciler"))
     reconciler = Reconciler(log, provider, offsets, settings, judge=judge)
     try:

@@ -175,6 +175,11 @@ def test_recover_and_reconcile_by_hand_cover_every_partition_or_name_the_rest(
 
         alone = cli(kafka_url, "--state", str(nowhere), "recover", "--once")
         assert alone.returncode == 2 and "pass --server URL" in alone.stderr, alone.stderr
+        fresh = tmp_path / "fresh-provider.db"
+        refused = cli(kafka_url, "--state", str(nowhere), "reconcile", "--once", "--provider",
+                      f"fake:///{fresh}")
+        assert refused.returncode == 2 and "pass --server URL" in refused.stderr, refused.stderr
+        assert not fresh.exists()  # a refused run leaves no provider file behind
 
         # a loaded machine can make the group rebalance meanwhile: ask a settled group
         wait_until(lambda: settled(members), 90, "both members serve their share again")

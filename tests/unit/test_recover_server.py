@@ -80,6 +80,13 @@ def test_the_pass_takes_the_deadlines_it_is_given(recovering: Node, keys: list[s
     http = urllib3.PoolManager(retries=False, timeout=10)
     bad = http.request("POST", recovering.url + "/v1/recover", body=b'{"stuck_after_s": -1}')
     assert bad.status == 400 and "non-negative" in json.loads(bad.data)["error"]
+    for body in (b'{"stuck_after_s": 5, "max_commands": 1e999}',  # int(inf): OverflowError
+                 b'{"stuck_after_s": 5, "max_commands": Infinity}',
+                 b'{"stuck_after_s": NaN}'):
+        bad = http.request("POST", recovering.url + "/v1/recover", body=body)
+        assert bad.status == 400, (body, bad.status, bad.data[:200])
+        assert "bad recovery settings" in json.loads(bad.data)["error"] \
+            or "non-negative" in json.loads(bad.data)["error"]
 
 
 def test_a_node_without_recovery_covers_nothing_and_says_so(tmp_path: Path,
