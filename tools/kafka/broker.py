@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tools.kafka import cds
+
 log = logging.getLogger(__name__)
 
 POM = Path(__file__).with_name("pom.xml")
@@ -163,6 +165,7 @@ class KafkaBroker:
         self.overrides = dict(overrides or {})
         self.cluster_id = cluster_id or uuid.uuid4().hex[:22]
         self.process: subprocess.Popen[bytes] | None = None
+        self._archive_written: Path | None = None  # a class archive this JVM writes at exit
 
     @property
     def bootstrap(self) -> str:
@@ -211,7 +214,12 @@ class KafkaBroker:
             return
         properties = self._write_config()
         self._format(properties)
-        command = [java(), f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
+        runtime = java()
+        # a detached broker is stopped by another process (`make kafka-down`): it maps an
+        # archive, but cannot write one that anybody would adopt
+        sharing, self._archive_written = cds.jvm_options(runtime, cache_dir() / "lib",
+                                                         write=not detach)
+        command = [runtime, *sharing, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
                    "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
@@ -248,6 +256,9 @@ class KafkaBroker:
             process.wait(within_s)
         except subprocess.TimeoutExpired:
             self.kill()
+        else:
+            cds.adopt(self._archive_written)  # written at a clean exit (see tools.kafka.cds)
+        self._archive_written = None
 
     def kill(self) -> None:
         """SIGKILL, as a crashed broker."""
