@@ -19,13 +19,16 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput, LogMissing
-from effectlog.log.base import EVENTS, TOPICS, EventLog, Position, Record
+from effectlog.log.base import EVENTS, TOMBSTONE, TOPICS, EventLog, Position, Record
 from effectlog.private_fs import create_private_file, make_private_dirs
 from effectlog.text import shorten
+
+if TYPE_CHECKING:
+    from effectlog.model import EffectEvent
 
 _POLL_S = 0.02
 _META = "meta"
@@ -287,13 +290,45 @@ class SqliteLog(EventLog):
         rows = self._query(f"SELECT COALESCE(MAX(rid), 0) FROM {_table(topic)}", ())
         return {0: int(rows[0][0])}
 
+    def expire(self, effects: Sequence[tuple[str, str]]) -> dict[str, Position]:
+        """Tombstones of the effects their keys still end with (see :meth:`EventLog.expire`),
+        each key folded under the write lock, all in one transaction (one fsync a pass)."""
+        table = _table(EVENTS)
+        stamp = int(time.time() * 1000)
+        written: dict[str, Position] = {}
+        with self._lock:
+            try:
+                self._writer().execute("BEGIN IMMEDIATE")
+                try:
+                    for key, event_id in effects:
+                        current = self._fold(table, key)
+                        if current is None or current.event_id != event_id:
+                            continue  # expired already, and perhaps used again since
+                        rid = self._db.execute(
+                            f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
+                            (key, TOMBSTONE, stamp)).lastrowid
+                        written[key] = Position(EVENTS, 0, int(rid or 0) - 1)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"sqlite expiry in {self.path} failed: {exc}") from exc
+        return written
+
+    def _fold(self, table: str, key: str) -> EffectEvent | None:
+        """The key's state by the rules, from its records (inside the caller's transaction)."""
+        from effectlog.machine import fold
+        from effectlog.view import decode_events
+
+        records = [_record(EVENTS, row) for row in self._db.execute(
+            f"SELECT {_COLUMNS} FROM {table} WHERE key = ? ORDER BY rid", (key,))]
+        return fold(decode_events(self, key, records))[0]
+
     def purge_expired(self, before_ms: int) -> int:
         """Delete every record of each key whose last record is a tombstone logged before
         ``before_ms`` that the rules accepted (the key's fold ends with nothing), in one
         transaction. The table's last row always stays: offsets are never reused."""
-        from effectlog.machine import fold
-        from effectlog.view import decode_events
-
         table = _table(EVENTS)
         with self._lock:
             try:
@@ -306,10 +341,7 @@ class SqliteLog(EventLog):
                         f"(SELECT MAX(rid) FROM {table})", (before_ms,)).fetchall()
                     purged = 0
                     for key, last in rows:
-                        records = [_record(EVENTS, row) for row in self._db.execute(
-                            f"SELECT {_COLUMNS} FROM {table} WHERE key = ? ORDER BY rid",
-                            (key,))]
-                        if fold(decode_events(self, key, records))[0] is not None:
+                        if self._fold(table, key) is not None:
                             continue  # the tombstone was rejected: the key is alive
                         purged += self._db.execute(
                             f"DELETE FROM {table} WHERE key = ? AND rid <= ?",
