@@ -2,16 +2,73 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:
     from effectlog.log.kafka import KafkaLog
     from tests.kafka_broker import KafkaBroker, KafkaCluster
+
+T = TypeVar("T")
+
+# ---- Shared servers, stopped once no next test uses them ---------------------------------
+
+
+class Shared(Generic[T]):
+    """A server (a broker, a cluster) the tests using fixture ``name`` share: started by the
+    first of them, and stopped once neither the next test of this process nor a later one
+    of the same file uses it (an idle cluster of three costs a fifth of a core; a later user
+    starts it again). A file's tests run in one process, in order (``--dist loadfile``)."""
+
+    def __init__(self, name: str, start: Callable[[], contextlib.AbstractContextManager[T]]
+                 ) -> None:
+        self.name = name
+        self._start = start
+        self._running: tuple[contextlib.ExitStack, T] | None = None
+        SHARED.append(self)
+
+    def get(self) -> T:
+        if self._running is None:
+            stack = contextlib.ExitStack()
+            value = stack.enter_context(self._start())
+            self._running = (stack, value)
+        return self._running[1]
+
+    def release(self) -> None:
+        if self._running is not None:
+            stack, self._running = self._running[0], None
+            stack.close()
+
+
+SHARED: list[Shared[Any]] = []
+
+
+def _uses(item: pytest.Item | None, name: str) -> bool:
+    return item is not None and name in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    items = item.session.items
+    later = items[items.index(item) + 1:] if item in items else []
+    same_file = [i for i in later if i.path == item.path]
+    for shared in SHARED:
+        if _uses(item, shared.name) and not _uses(nextitem, shared.name) \
+                and not any(_uses(i, shared.name) for i in same_file):
+            shared.release()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for shared in SHARED:
+        shared.release()
+
+
+# ---- end of shared servers ----------------------------------------------------------------
 
 # ---- Kafka broker fixtures (tests/kafka_broker.py) ---------------------------------------
 
@@ -78,17 +135,23 @@ def writer(kafka_url: str) -> Iterator[KafkaLog]:
 # ---- Broker fault fixtures (tests/broker_faults.py) --------------------------------------
 
 
-@pytest.fixture(scope="session")
-def fault_broker() -> Iterator[KafkaBroker]:
-    """An Apache Kafka of the fault tests' own, which they pause, kill and restart (each
-    test leaves it running); started once, as a JVM start costs seconds. Its controller
-    forgets a killed broker's registration after 2 s (default 9 s), so a restart serves
-    again within about 4 s instead of 13."""
+def _fault_broker() -> contextlib.AbstractContextManager[KafkaBroker]:
     from tests.kafka_broker import private_broker
 
-    with private_broker({"broker.session.timeout.ms": "2000",
-                         "broker.heartbeat.interval.ms": "500"}) as broker:
-        yield broker
+    return private_broker({"broker.session.timeout.ms": "2000",
+                           "broker.heartbeat.interval.ms": "500"})
+
+
+_FAULT_BROKER = Shared("fault_broker", _fault_broker)
+
+
+@pytest.fixture
+def fault_broker() -> KafkaBroker:
+    """An Apache Kafka of the fault tests' own, which they pause, kill and restart (each
+    test leaves it running); started once for consecutive tests, as a JVM start costs
+    seconds. Its controller forgets a killed broker's registration after 2 s (default 9 s),
+    so a restart serves again within about 4 s instead of 13."""
+    return _FAULT_BROKER.get()
 
 
 # ---- end of broker fault fixtures --------------------------------------------------------
@@ -110,17 +173,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # ---- Cluster fixtures (tests/cluster_faults.py) ------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[KafkaCluster]:
-    """A KRaft cluster of three Apache Kafka nodes of the session's own, whose nodes the
-    cluster tests kill, pause and restart (each test leaves all three running and in sync).
-    The controller fences a node that stopped heartbeating after 3 s (default 9 s), so a
-    partition it led gets a new leader within about 4 s."""
+def _cluster() -> contextlib.AbstractContextManager[KafkaCluster]:
     from tests.kafka_broker import private_cluster
 
-    with private_cluster(3, {"broker.session.timeout.ms": "3000",
-                             "broker.heartbeat.interval.ms": "500"}) as cluster:
-        yield cluster
+    return private_cluster(3, {"broker.session.timeout.ms": "3000",
+                               "broker.heartbeat.interval.ms": "500"})
+
+
+_CLUSTER = Shared("kafka_cluster", _cluster)
+
+
+@pytest.fixture
+def kafka_cluster() -> KafkaCluster:
+    """A KRaft cluster of three Apache Kafka nodes of the tests' own, whose nodes the
+    cluster tests kill, pause and restart (each test leaves all three running and in sync);
+    started once for consecutive tests. The controller fences a node that stopped
+    heartbeating after 3 s (default 9 s), so a partition it led gets a new leader within
+    about 4 s."""
+    return _CLUSTER.get()
 
 
 # ---- end of cluster fixtures --------------------------------------------------------------
