@@ -11,13 +11,14 @@ or its journal mode, and works in a directory it may not write.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -296,25 +297,32 @@ class SqliteLog(EventLog):
         table = _table(EVENTS)
         stamp = int(time.time() * 1000)
         written: dict[str, Position] = {}
+        with self._transaction("expiry") as db:
+            for key, event_id in effects:
+                current = self._fold(table, key)
+                if current is None or current.event_id != event_id:
+                    continue  # expired already, and perhaps used again since
+                rid = db.execute(f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
+                                 (key, TOMBSTONE, stamp)).lastrowid
+                written[key] = Position(EVENTS, 0, int(rid or 0) - 1)
+        return written
+
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock, rolled back on any error; a SQLite error
+        is :class:`BackendUnavailable` naming ``what``."""
         with self._lock:
             try:
-                self._writer().execute("BEGIN IMMEDIATE")
+                db = self._writer()
+                db.execute("BEGIN IMMEDIATE")
                 try:
-                    for key, event_id in effects:
-                        current = self._fold(table, key)
-                        if current is None or current.event_id != event_id:
-                            continue  # expired already, and perhaps used again since
-                        rid = self._db.execute(
-                            f"INSERT INTO {table}(key, value, ts) VALUES (?, ?, ?)",
-                            (key, TOMBSTONE, stamp)).lastrowid
-                        written[key] = Position(EVENTS, 0, int(rid or 0) - 1)
-                    self._db.execute("COMMIT")
+                    yield db
+                    db.execute("COMMIT")
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    db.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise BackendUnavailable(f"sqlite expiry in {self.path} failed: {exc}") from exc
-        return written
+                raise BackendUnavailable(f"sqlite {what} in {self.path} failed: {exc}") from exc
 
     def _fold(self, table: str, key: str) -> EffectEvent | None:
         """The key's state by the rules, from its records (inside the caller's transaction)."""
@@ -330,28 +338,18 @@ class SqliteLog(EventLog):
         ``before_ms`` that the rules accepted (the key's fold ends with nothing), in one
         transaction. The table's last row always stays: offsets are never reused."""
         table = _table(EVENTS)
-        with self._lock:
-            try:
-                self._writer().execute("BEGIN IMMEDIATE")
-                try:
-                    rows = self._db.execute(
-                        f"SELECT e.key, e.rid FROM {table} e JOIN (SELECT key, MAX(rid) AS last "
-                        f"FROM {table} GROUP BY key) l ON e.key = l.key AND e.rid = l.last "
-                        "WHERE length(e.value) = 0 AND e.ts < ? AND e.rid < "
-                        f"(SELECT MAX(rid) FROM {table})", (before_ms,)).fetchall()
-                    purged = 0
-                    for key, last in rows:
-                        if self._fold(table, key) is not None:
-                            continue  # the tombstone was rejected: the key is alive
-                        purged += self._db.execute(
-                            f"DELETE FROM {table} WHERE key = ? AND rid <= ?",
-                            (key, last)).rowcount
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise BackendUnavailable(f"sqlite purge of {self.path} failed: {exc}") from exc
+        purged = 0
+        with self._transaction("purge") as db:
+            rows = db.execute(
+                f"SELECT e.key, e.rid FROM {table} e JOIN (SELECT key, MAX(rid) AS last "
+                f"FROM {table} GROUP BY key) l ON e.key = l.key AND e.rid = l.last "
+                "WHERE length(e.value) = 0 AND e.ts < ? AND e.rid < "
+                f"(SELECT MAX(rid) FROM {table})", (before_ms,)).fetchall()
+            for key, last in rows:
+                if self._fold(table, key) is not None:
+                    continue  # the tombstone was rejected: the key is alive
+                purged += db.execute(f"DELETE FROM {table} WHERE key = ? AND rid <= ?",
+                                     (key, last)).rowcount
         return purged
 
     def read_key(self, topic: str, key: str) -> list[Record]:

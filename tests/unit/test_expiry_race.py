@@ -29,6 +29,7 @@ from effectlog.log import EVENTS, open_log
 from effectlog.log.base import TOMBSTONE, Record
 from effectlog.log.memory import MemoryLog
 from effectlog.machine import Expiry, check_expiry, fold
+from effectlog.model import EffectEvent
 from effectlog.worker import Worker
 from projections.projector import Projector, project
 
@@ -78,12 +79,18 @@ def test_a_second_expirer_leaves_the_effect_recorded_since_alone(
     assert serve.store.reader(lambda key: 0, lambda: [0]).get(KEY) is not None
 
 
-def test_a_conditional_log_writes_a_tombstone_only_for_the_effect_it_names() -> None:
+def settled(result: str) -> tuple[MemoryLog, Worker, EffectEvent]:
+    """A memory log whose key K holds a settled effect with ``result``."""
     log = MemoryLog()
     worker = Worker(log, "w1")
-    worker.perform(OP, KIND, TARGET, PAYLOAD, lambda _: "first")
-    first = worker.get(KEY)
-    assert first is not None
+    worker.perform(OP, KIND, TARGET, PAYLOAD, lambda _: result)
+    current = worker.get(KEY)
+    assert current is not None
+    return log, worker, current
+
+
+def test_a_conditional_log_writes_a_tombstone_only_for_the_effect_it_names() -> None:
+    log, worker, first = settled("first")
     assert list(log.expire([(KEY, first.event_id)])) == [KEY]
     assert list(log.expire([(KEY, first.event_id)])) == []  # expired already
     Worker(log, "w2").perform(OP, KIND, TARGET, PAYLOAD, lambda _: "second")
@@ -94,11 +101,7 @@ def test_a_conditional_log_writes_a_tombstone_only_for_the_effect_it_names() -> 
 
 
 def test_the_rules_reject_a_tombstone_naming_another_effect() -> None:
-    log = MemoryLog()
-    worker = Worker(log, "w1")
-    worker.perform(OP, KIND, TARGET, PAYLOAD, lambda _: "done")
-    current = worker.get(KEY)
-    assert current is not None
+    _, worker, current = settled("done")
     check_expiry(current, KEY, current.event_id)
     check_expiry(current, KEY)  # a tombstone of an earlier release names nothing
     with pytest.raises(ExpiresAnother) as raised:
@@ -112,11 +115,7 @@ def test_the_rules_reject_a_tombstone_naming_another_effect() -> None:
 
 def test_the_projector_keeps_the_key_on_a_tombstone_naming_another_effect(
         tmp_path: Path) -> None:
-    log = MemoryLog()
-    worker = Worker(log, "w1")
-    worker.perform(OP, KIND, TARGET, PAYLOAD, lambda _: "done")
-    current = worker.get(KEY)
-    assert current is not None
+    log, _, current = settled("done")
     position = log.append(EVENTS, KEY, TOMBSTONE)
     named = Record(EVENTS, 0, position.offset, KEY, TOMBSTONE, 0, expires="another-event")
     log._records[EVENTS][position.offset] = named  # as Kafka reads a tombstone naming one
