@@ -2,8 +2,8 @@
 
 A JVM that maps its classes from an archive skips loading, verifying and linking the several
 thousand classes of a Kafka broker from the jars: on the reference machine a broker answers
-after 4.0 CPU-seconds instead of 6.6 (3.8 s instead of 5.7 s of wall time). The test suite
-starts some seventy brokers (restarts, kills, clusters), so this is minutes of CPU.
+after 3.5 CPU-seconds instead of 7.1 (3.4 s instead of 6.0 s of wall time). The test suite
+starts dozens of brokers (restarts, kills, clusters), so this is minutes of CPU.
 
 The first broker started without an archive writes one when it exits cleanly
 (``-XX:ArchiveClassesAtExit``), to a file of its own that :func:`adopt` then moves into place;
