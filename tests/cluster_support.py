@@ -27,12 +27,15 @@ from tests.kafka_broker import free_port
 HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=1, read=10))
 
 
-def wait_until(condition: Callable[[], bool], within_s: float, what: str) -> float:
-    """Seconds until ``condition()`` held; AssertionError after ``within_s``."""
+def wait_until(condition: Callable[[], bool], within_s: float, what: str,
+               explain: Callable[[], str] | None = None) -> float:
+    """Seconds until ``condition()`` held; AssertionError after ``within_s`` (with what
+    ``explain()`` tells of the state the wait ended in)."""
     start = time.monotonic()
     while not condition():
         if time.monotonic() - start > within_s:
-            raise AssertionError(f"{what}: not within {within_s}s")
+            told = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"{what}: not within {within_s}s{told}")
         time.sleep(0.1)
     return time.monotonic() - start
 
@@ -109,6 +112,13 @@ class Serve:
         if health is None:
             return []
         return sorted(int(p) for p, s in health["partitions"].items() if s == "serving")
+
+    def tail(self, lines: int = 40) -> str:
+        """The last ``lines`` of what the process logged."""
+        try:
+            return "\n".join(self.err_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

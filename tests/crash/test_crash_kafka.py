@@ -132,7 +132,11 @@ def test_broker_unavailable_during_recovery_on_kafka(own_broker: KafkaBroker,
     # A broker stopped past its session is fenced by its controller; once it runs again it
     # takes a while (15-20 s here, longer on a loaded machine) to lead its partitions again,
     # and serve's member rejoins after that: recovery below asks serve's judge.
-    wait_until(lambda: _serves_every_partition(env.server), 120, "serve serves again")
+    serve = _SERVES[-1]
+    wait_until(lambda: _serves_every_partition(env.server), 120, "serve serves again",
+               lambda: f"healthz: {answer(f'{env.server}/healthz')}, serve's exit code: "
+                       f"{serve.process.poll()}\n--- serve's log ---\n"
+                       f"{serve.tail()}\n--- the broker's log ---\n{own_broker.output(4000)}")
     assert env.provider.calls(job.key) == 1
     assert [e.event_id for e in env.history(job.key)] == before  # nothing written meanwhile
 
