@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
@@ -123,7 +124,19 @@ class Node:
         api_log = self.logs["api"]
         api_log.end_offsets(EVENTS)  # reach the log first: a broker down creates nothing
         api_log.check_serving()
-        self.logs["work"].connect()  # the producer id now: no first command or outcome pays
+        # the producer id meanwhile (a moment, or a second when librdkafka waits for its
+        # timer): no first command or outcome pays it
+        with ThreadPoolExecutor(1, thread_name_prefix="connect") as pool:
+            connecting = pool.submit(self.logs["work"].connect)
+            self._open_and_join(api_log)
+        connecting.result()
+        logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
+        return self
+
+    def _open_and_join(self, api_log: EventLog) -> None:
+        """Lock the state directory, open the store, bind the HTTP port, join the group and
+        start the loops."""
+        s = self.settings
         self._lock_state_dir()
         self.partition_count = api_log.partitions(EVENTS)
         # a topic grown since this projection was made is refused before joining the group
@@ -177,8 +190,6 @@ class Node:
         self._spawn("membership", self._stop, lambda stop: self.grouping.follow(
             stop, s.membership_every_s, self.url, s.standbys))
         self._spawn("log-watch", self._stop, self._watch_log(api_log.identity()))
-        logger.info("serving %s (state %s) as %s", redact_url(self.log_url), s.state_dir, self.url)
-        return self
 
     def stop(self, within_s: float = 60.0) -> list[str]:
         """Stop the loops (the projector last: the others may wait for it) and the HTTP

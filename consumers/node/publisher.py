@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from effectlog.errors import BackendUnavailable, Fenced
 from effectlog.log.changelog import Changelog, ChangelogWriter
@@ -40,6 +41,8 @@ PUBLISH_EVERY_S = 1.0
 #: a rebalance (a zombie) learns from the group within a few heartbeats once it runs again that
 #: the partition is another member's, and lets it go before then.
 RETAKE_AFTER_S = 30.0
+#: Writers taken side by side at most (each has a producer of its own while it is taken).
+PARALLEL_TAKES = 8
 
 
 class Publisher:
@@ -70,13 +73,31 @@ class Publisher:
 
     def take(self, partitions: Sequence[int]) -> None:
         """Become the only publisher of ``partitions`` (before the projector opens them).
+        Their writers are taken side by side (each is a round trip to the transaction
+        coordinator and one to the partition's leader): a takeover of many partitions
+        holds the rebalance up about as long as one. Those taken stay taken when another
+        fails, whose error is raised (the caller tries again).
 
         A copy already open here (a standby promoted) publishes only once it has applied
         past the changelog's last checkpoint, so the changelog never goes back in time."""
-        for partition in partitions:
-            with self._lock:
+        with self._lock:
+            for partition in partitions:
                 self._fenced.pop(partition, None)
-                self._take(partition)
+            wanted = [p for p in dict.fromkeys(partitions) if p not in self._owned]
+            if not wanted:
+                return
+            with ThreadPoolExecutor(max_workers=min(len(wanted), PARALLEL_TAKES),
+                                    thread_name_prefix="changelog-take") as pool:
+                opening = {p: pool.submit(self._open, p) for p in wanted}
+            errors = []
+            for partition, future in opening.items():
+                error = future.exception()
+                if error is None:
+                    self._own(partition, *future.result())
+                else:
+                    errors.append(error)
+            if errors:
+                raise errors[0]
 
     def retake(self) -> list[int]:
         """Take again the writers fenced :attr:`retake_after_s` ago or more, of the
@@ -104,18 +125,24 @@ class Publisher:
         return taken
 
     def _take(self, partition: int) -> None:
-        """Take ``partition``'s writer (under the lock): fence every earlier one, then read
-        the last checkpoint, which no other writer can move past any more."""
-        if partition in self._owned:
-            return
+        """Take ``partition``'s writer (under the lock)."""
+        if partition not in self._owned:
+            self._own(partition, *self._open(partition))
+
+    def _open(self, partition: int) -> tuple[ChangelogWriter, int]:
+        """A writer of ``partition``, which fences every earlier one, and the offset of the
+        last checkpoint, read after that: no other writer can move past it any more."""
         writer = self.changelog.writer(partition)
         try:
             raw = self.changelog.last_checkpoint(partition)
-            self._floor[partition] = 0 if raw is None else Checkpoint.decode(raw).applied
+            return writer, 0 if raw is None else Checkpoint.decode(raw).applied
         except BaseException:
             writer.close()
             raise
+
+    def _own(self, partition: int, writer: ChangelogWriter, floor: int) -> None:
         self._owned[partition] = writer
+        self._floor[partition] = floor
         self._current.setdefault(partition, self._clock())
         logger.info("partition %d: publishing its state to the changelog", partition)
 
