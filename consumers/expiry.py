@@ -9,7 +9,8 @@ the effect it expires (:data:`Expiring`), so one of two expirers that picked the
 never removes the effect the key holds after it was used again. A key used again
 after it expired is a new effect. Kafka's compaction then drops the key's older records
 and, after ``delete.retention.ms``, the tombstone itself; on SQLite :meth:`EventLog.purge_expired`
-deletes them once the tombstone is older than ``purge_after_s``.
+deletes the older records once the tombstone is older than ``purge_after_s``, and keeps the
+tombstone as a purge mark, which a projection that lagged behind the purge applies too.
 
 Candidates come from the projection's state/time index (settled states, logged before the
 cutoff), never from a scan of the log.

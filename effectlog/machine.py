@@ -21,6 +21,7 @@ from effectlog.errors import (
     PayloadMismatch,
 )
 from effectlog.keys import MAX_FENCING_EPOCH, canonical_payload, make_key
+from effectlog.log.base import PURGED
 from effectlog.model import (
     Approval,
     Decision,
@@ -92,10 +93,15 @@ def check(current: EffectEvent | None, event: EffectEvent) -> None:
 def check_expiry(current: EffectEvent | None, key: str, of: str | None = None) -> None:
     """Raise :class:`NotSettled` unless ``current`` may expire: an expiry (a tombstone on
     the log) removes a settled key, whose state no transition can change, so the key used
-    again is a new effect. An open or unknown key is never removed. A tombstone naming the
+    again is a new effect. An open or unknown key is never removed. A purge mark
+    (``of`` is :data:`~effectlog.log.base.PURGED`) removes whatever the key holds: the records
+    of it a reader may have applied were deleted after their tombstone was accepted, and a
+    full replay has the key absent there. A tombstone naming the
     effect it expires (``of``: the event id of its last accepted event) removes that effect
     only: :class:`ExpiresAnother` when the key holds another one (two expirers raced, the
     key was used again between their tombstones)."""
+    if of == PURGED:
+        return  # every earlier record of the key is gone: nothing of it is left here
     if current is None:
         raise NotSettled(f"expiry of {key}: no such effect")
     if current.state not in SETTLED:

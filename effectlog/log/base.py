@@ -36,6 +36,10 @@ class Position(NamedTuple):
 TOMBSTONE = b""
 #: The Kafka record header of a tombstone naming the effect it expires (its last event id).
 EXPIRES_HEADER = "effectlog-expires"
+#: ``Record.expires`` of a purge mark: a tombstone with no earlier record of its key left
+#: (a purge deleted them). It removes whatever the key holds, even what a reader applied of
+#: the deleted records before (see :func:`effectlog.machine.check_expiry`).
+PURGED = "*purged*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +141,10 @@ class EventLog(ABC):
         return written
 
     def purge_expired(self, before_ms: int) -> int:
-        """Delete the records of keys whose accepted tombstone was logged before
-        ``before_ms``, the tombstone too; how many records went. A compacted log's broker
-        does this itself (compaction, ``delete.retention.ms``): 0 here."""
+        """Delete the records before each accepted tombstone logged before ``before_ms``
+        that ends its key; how many records went. The tombstone stays as a purge mark (see
+        :data:`PURGED`). A compacted log's broker does this itself (compaction, and the
+        tombstone after ``delete.retention.ms``): 0 here."""
         return 0
 
     def append_ordered(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:

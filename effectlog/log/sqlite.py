@@ -12,7 +12,6 @@ or its journal mode, and works in a directory it may not write.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 import threading
@@ -23,32 +22,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from effectlog.errors import BackendUnavailable, EffectlogError, InvalidInput, LogMissing
+from effectlog.errors import BackendUnavailable, InvalidInput, LogMissing
 from effectlog.log.base import EVENTS, TOMBSTONE, TOPICS, EventLog, Position, Record
+from effectlog.log.sqlite_rows import (
+    columns,
+    enable_wal,
+    path_error,
+    path_from_url,
+    record,
+    table_names,
+    table_of,
+)
 from effectlog.private_fs import create_private_file, make_private_dirs
-from effectlog.text import shorten
 
 if TYPE_CHECKING:
     from effectlog.model import EffectEvent
 
 _POLL_S = 0.02
 _META = "meta"
-# Rows are read as bytes and integers whatever another tool stored in them, so a foreign
-# or damaged row becomes an undecodable record, never an exception in the reader.
-_COLUMNS = "rid, CAST(key AS BLOB), CAST(value AS BLOB), CAST(ts AS INTEGER)"
 #: Errors of a reader that may not write the file or make its ``-wal``/``-shm`` beside it.
 _NO_INDEX = ("SQLITE_READONLY", "SQLITE_CANTOPEN")
-
-
-def path_from_url(url: str) -> Path:
-    """``sqlite:///a/b.db`` is relative (``a/b.db``); ``sqlite:////a/b.db`` is absolute."""
-    if not url.startswith("sqlite:///") or len(url) <= len("sqlite:///"):
-        raise InvalidInput(f"invalid sqlite URL {shorten(url)}: use sqlite:///relative.db or "
-                           "sqlite:////abs.db")
-    path = url[len("sqlite:///"):].split("?", 1)[0]
-    if not path or "\x00" in path:
-        raise InvalidInput(f"invalid sqlite URL {shorten(url)}: no file path")
-    return Path(path)
 
 
 class SqliteLog(EventLog):
@@ -69,7 +62,7 @@ class SqliteLog(EventLog):
         try:
             existed = self.path.exists()
         except OSError as exc:
-            raise _path_error(self.path, exc) from None
+            raise path_error(self.path, exc) from None
         if not existed and not create:
             raise LogMissing(f"no sqlite log at {self.path}")
         try:
@@ -86,7 +79,7 @@ class SqliteLog(EventLog):
                 self._db.close()
                 raise
         except OSError as exc:
-            raise _path_error(self.path, exc) from exc
+            raise path_error(self.path, exc) from exc
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot open sqlite log {self.path}: {exc}") from exc
 
@@ -100,11 +93,11 @@ class SqliteLog(EventLog):
         creates the file here, even if it vanished since it was looked for."""
         db = self._connect("mode=rw")
         try:
-            tables = _tables(db)
+            tables = table_names(db)
             if EVENTS not in tables and tables:
                 raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
                                          f"{EVENTS} table")
-            _enable_wal(db, time.monotonic() + self._busy_timeout_s)  # only once it is ours
+            enable_wal(db, time.monotonic() + self._busy_timeout_s)  # only once it is ours
             db.execute("PRAGMA synchronous=FULL")
         except BaseException:
             db.close()
@@ -125,7 +118,7 @@ class SqliteLog(EventLog):
             db = self._connect(flags)
             try:
                 db.execute("PRAGMA query_only=ON")
-                _tables(db)  # the first read opens the WAL index, or fails without one
+                table_names(db)  # the first read opens the WAL index, or fails without one
                 return db
             except sqlite3.OperationalError as exc:
                 db.close()
@@ -151,7 +144,7 @@ class SqliteLog(EventLog):
     def _schema(self, initialise: bool) -> str:
         """The log's id; creates tables and id when missing (a file just made, or a log
         from before ids existed). A SQLite file holding anything else is refused."""
-        tables = _tables(self._db)
+        tables = table_names(self._db)
         if EVENTS not in tables and (tables or not initialise):
             raise BackendUnavailable(f"{self.path} is not an effectlog log: it has no "
                                      f"{EVENTS} table")
@@ -214,7 +207,7 @@ class SqliteLog(EventLog):
         return self._append(topic, [(key, value) for value in values], (key, last_offset))
 
     def last_offset(self, topic: str, key: str) -> int | None:
-        rows = self._query(f"SELECT MAX(rid) FROM {_table(topic)} WHERE key = ?", (key,))
+        rows = self._query(f"SELECT MAX(rid) FROM {table_of(topic)} WHERE key = ?", (key,))
         return None if rows[0][0] is None else int(rows[0][0]) - 1
 
     def append_many(self, topic: str, items: Sequence[tuple[str, bytes]]) -> list[Position]:
@@ -224,7 +217,7 @@ class SqliteLog(EventLog):
 
     def _append(self, topic: str, items: Sequence[tuple[str, bytes]],
                 condition: tuple[str, int | None] | None) -> list[Position] | None:
-        table = _table(topic)
+        table = table_of(topic)
         stamp = int(time.time() * 1000)
         with self._lock:
             try:
@@ -278,23 +271,23 @@ class SqliteLog(EventLog):
 
     def read(self, topic: str, partition: int, offset: int, limit: int = 1000,
              timeout: float = 0.0) -> list[Record]:
-        table = _table(topic)
+        table = table_of(topic)
         deadline = time.monotonic() + timeout
         while True:
-            rows = self._query(f"SELECT {_COLUMNS} FROM {table} WHERE rid > ? "
+            rows = self._query(f"SELECT {columns(table)} FROM {table} WHERE rid > ? "
                                "ORDER BY rid LIMIT ?", (offset, limit))
             if rows or time.monotonic() >= deadline:
-                return [_record(topic, row) for row in rows]
+                return [record(topic, row) for row in rows]
             time.sleep(_POLL_S)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        rows = self._query(f"SELECT COALESCE(MAX(rid), 0) FROM {_table(topic)}", ())
+        rows = self._query(f"SELECT COALESCE(MAX(rid), 0) FROM {table_of(topic)}", ())
         return {0: int(rows[0][0])}
 
     def expire(self, effects: Sequence[tuple[str, str]]) -> dict[str, Position]:
         """Tombstones of the effects their keys still end with (see :meth:`EventLog.expire`),
         each key folded under the write lock, all in one transaction (one fsync a pass)."""
-        table = _table(EVENTS)
+        table = table_of(EVENTS)
         stamp = int(time.time() * 1000)
         written: dict[str, Position] = {}
         with self._transaction("expiry") as db:
@@ -329,33 +322,39 @@ class SqliteLog(EventLog):
         from effectlog.machine import fold
         from effectlog.view import decode_events
 
-        records = [_record(EVENTS, row) for row in self._db.execute(
-            f"SELECT {_COLUMNS} FROM {table} WHERE key = ? ORDER BY rid", (key,))]
+        records = [record(EVENTS, row) for row in self._db.execute(
+            f"SELECT {columns(table)} FROM {table} WHERE key = ? ORDER BY rid", (key,))]
         return fold(decode_events(self, key, records))[0]
 
     def purge_expired(self, before_ms: int) -> int:
-        """Delete every record of each key whose last record is a tombstone logged before
-        ``before_ms`` that the rules accepted (the key's fold ends with nothing), in one
-        transaction. The table's last row always stays: offsets are never reused."""
-        table = _table(EVENTS)
+        """Delete the records before each tombstone logged before ``before_ms`` that ends
+        its key and that the rules accepted (the key's fold ends with nothing), in one
+        transaction; the number deleted. The tombstone stays, first of its key now: read
+        back, it is a *purge mark* (``Record.expires`` is :data:`PURGED`), which removes
+        whatever its key holds. So a projection that applied only part of what was deleted
+        (one lagging behind the purge) forgets the key there, as a full replay has it
+        forgotten; one empty row per expired key is what a purge keeps."""
+        table = table_of(EVENTS)
         purged = 0
         with self._transaction("purge") as db:
             rows = db.execute(
                 f"SELECT e.key, e.rid FROM {table} e JOIN (SELECT key, MAX(rid) AS last "
                 f"FROM {table} GROUP BY key) l ON e.key = l.key AND e.rid = l.last "
-                "WHERE length(e.value) = 0 AND e.ts < ? AND e.rid < "
-                f"(SELECT MAX(rid) FROM {table})", (before_ms,)).fetchall()
+                "WHERE length(e.value) = 0 AND e.ts < ? AND EXISTS "
+                f"(SELECT 1 FROM {table} p WHERE p.key = e.key AND p.rid < e.rid)",
+                (before_ms,)).fetchall()
             for key, last in rows:
                 if self._fold(table, key) is not None:
                     continue  # the tombstone was rejected: the key is alive
-                purged += db.execute(f"DELETE FROM {table} WHERE key = ? AND rid <= ?",
+                purged += db.execute(f"DELETE FROM {table} WHERE key = ? AND rid < ?",
                                      (key, last)).rowcount
         return purged
 
     def read_key(self, topic: str, key: str) -> list[Record]:
-        rows = self._query(f"SELECT {_COLUMNS} FROM {_table(topic)} WHERE key = ? "
+        table = table_of(topic)
+        rows = self._query(f"SELECT {columns(table)} FROM {table} WHERE key = ? "
                            "ORDER BY rid", (key,))
-        return [_record(topic, row) for row in rows]
+        return [record(topic, row) for row in rows]
 
     def close(self) -> None:
         with self._lock:
@@ -367,45 +366,3 @@ class SqliteLog(EventLog):
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"sqlite read from {self.path} failed: {exc}") from exc
-
-
-def _tables(db: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def _enable_wal(db: sqlite3.Connection, deadline: float) -> None:
-    """Switch a new file to WAL. SQLite answers the switch with "database is locked" at
-    once, without its busy handler, while another process holds the file (several workers
-    opening a fresh log together), so the switch is retried until ``deadline``."""
-    pause = 0.001
-    while True:
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
-def _path_error(path: Path, exc: OSError) -> EffectlogError:
-    """A path that cannot name a file here is bad input (2); anything else, such as a
-    permission or a full disk, is the backend being unavailable (4)."""
-    message = f"cannot open sqlite log {path}: {exc.strerror or exc}"
-    if exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EISDIR):
-        return InvalidInput(message)
-    return BackendUnavailable(message)
-
-
-def _table(topic: str) -> str:
-    if topic not in TOPICS:
-        raise InvalidInput(f"unknown topic {topic!r}")
-    return topic
-
-
-def _record(topic: str, row: tuple[Any, ...]) -> Record:
-    """A Record from a row of :data:`_COLUMNS` (key bytes that are not UTF-8 are replaced)."""
-    rid, key, value, ts = row
-    return Record(topic, 0, rid - 1, key.decode("utf-8", "replace") if key is not None else "",
-                  value if value is not None else b"", ts if ts is not None else 0)

@@ -23,7 +23,7 @@ import pytest
 from consumers.expiry import Expirer, ExpirySettings
 from effectlog.codec import event_codec
 from effectlog.log import EVENTS, open_log
-from effectlog.log.base import TOMBSTONE, EventLog
+from effectlog.log.base import PURGED, TOMBSTONE, EventLog
 from effectlog.log.memory import MemoryLog
 from effectlog.machine import Expiry, advance, fold, new_effect
 from effectlog.model import EffectEvent, Outcome, State
@@ -164,16 +164,19 @@ def test_purge_deletes_expired_records_but_never_reuses_an_offset(tmp_path: Path
     with open_log(url) as log:
         write(log, *settled("p1"), TOMBSTONE)
         write(log, *settled("p2")[:2], TOMBSTONE)  # rejected: p2 stays whole
-        write(log, *settled("p3"), TOMBSTONE)  # the table's last row: kept
+        write(log, *settled("p3"), TOMBSTONE)  # the table's last row
         end = log.end_offsets(EVENTS)[0]
-        assert log.purge_expired(int(time.time() * 1000) + 1000) == 5
-        assert log.read_key(EVENTS, settled("p1")[0].idempotency_key) == []
+        assert log.purge_expired(int(time.time() * 1000) + 1000) == 8
+        for op in ("p1", "p3"):  # each tombstone stays, as its key's purge mark
+            [mark] = log.read_key(EVENTS, settled(op)[0].idempotency_key)
+            assert (mark.value, mark.expires) == (TOMBSTONE, PURGED)
         assert len(log.read_key(EVENTS, settled("p2")[0].idempotency_key)) == 3
+        assert log.purge_expired(int(time.time() * 1000) + 1000) == 0
         write(log, *settled("p4")[:1])
         [record] = log.read_key(EVENTS, settled("p4")[0].idempotency_key)
         assert record.offset == end  # past every offset ever written
     with sqlite3.connect(tmp_path / "log.db") as db:
-        assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 3 + 5 + 1
+        assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 1 + 3 + 1 + 1
 
 
 def test_serves_expirer_waits_for_its_tombstones_to_be_applied(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from effectlog.errors import BackendUnavailable, InvalidInput
 from effectlog.log import EVENTS, EventLog, open_log
-from effectlog.log.sqlite import path_from_url
+from effectlog.log.sqlite_rows import path_from_url
 from tests.log_contract import LogContract
 
 

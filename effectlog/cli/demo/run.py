@@ -29,7 +29,7 @@ from effectlog.cli.demo.report import (
 from effectlog.cli.demo.settle import RECONCILER_ID, Settler
 from effectlog.cli.demo.workload import Job, WorkloadSettings, generate
 from effectlog.errors import InvalidInput
-from effectlog.log.sqlite import path_from_url
+from effectlog.log.sqlite_rows import path_from_url
 
 MARKER = "MADE-BY-EFFECTLOG-DEMO"
 #: Recovery's deadline while workers run. Slow provider answers (2.5-3.5 s) outlast the

@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Me
 from confluent_kafka import TopicPartition as TP
 
 from effectlog.errors import BackendUnavailable
-from effectlog.log.base import EXPIRES_HEADER, Record
+from effectlog.log.base import EXPIRES_HEADER, PURGED, Record
 from effectlog.log.kafka.producer import error_text
 from effectlog.log.kafka.settings import ClientConfig, KafkaSettings
 
@@ -246,5 +246,7 @@ def record_of(topic: str, partition: int, offset: int, msg: Message) -> Record:
         for name, header in cast(list[tuple[str, bytes | None]], msg.headers() or []):
             if name == EXPIRES_HEADER and header is not None:
                 expires = header.decode("utf-8", "replace")
+        if expires == PURGED:  # a purge mark is made by reading a SQLite log, never written
+            expires = None
     return Record(topic, partition, offset, key.decode("utf-8") if key else "",
                   value or b"", stamp if kind else 0, expires)
