@@ -240,7 +240,7 @@ class Reconciler:
             outcome = lookup.outcome
             if self.metrics and outcome.status is State.SUCCEEDED:
                 self.metrics.confirmed.inc()
-            return w.record(key, outcome.status, outcome.result, source=LOOKUP).state
+            return self._record(key, outcome.status, outcome.result, LOOKUP)
         if action is Action.DISPATCH:
             return self._dispatch(key, payload)
         if action is Action.MARK_UNKNOWN:
@@ -259,21 +259,23 @@ class Reconciler:
                                            event.fencing_epoch, payload)
         except ProviderFailed as exc:
             failure = exc.result if exc.result is not None else {"error": str(exc)}
-            return self._record(key, State.FAILED, failure)
+            return self._record(key, State.FAILED, failure, REDISPATCH)
         except Exception as exc:  # an outage, or an adapter's bug: the call may have happened
             return self.worker.unknown(key, f"re-dispatch: {unknown_reason(exc)}"[:500]).state
         if self.metrics:
             self.metrics.confirmed.inc()
-        return self._record(key, State.SUCCEEDED, result)
+        return self._record(key, State.SUCCEEDED, result, REDISPATCH)
 
-    def _record(self, key: str, status: State, result: Any) -> State:
-        """Record the re-dispatch's outcome; one that cannot be recorded (an adapter
-        answering what is not JSON) leaves the effect UNKNOWN with the reason, as a worker's
-        would, rather than stopping the reconciler with the effect DISPATCHED."""
+    def _record(self, key: str, status: State, result: Any, source: str) -> State:
+        """Record the outcome a re-dispatch or a lookup (``source``) answered; one that
+        cannot be recorded (an adapter answering what is not JSON) leaves the effect UNKNOWN
+        with the reason, as a worker's would, rather than stopping the reconciler with the
+        effect DISPATCHED."""
         try:
-            return self.worker.record(key, status, result, source=REDISPATCH).state
+            return self.worker.record(key, status, result, source=source).state
         except (TypeError, ValueError, InvalidInput) as exc:
-            reason = f"re-dispatch answered {status.value} with a result that cannot be " \
+            answer = "re-dispatch" if source == REDISPATCH else source
+            reason = f"{answer} answered {status.value} with a result that cannot be " \
                      f"recorded: {unknown_reason(exc)}"
             return self.worker.unknown(key, reason[:500]).state
 

@@ -108,9 +108,12 @@ class Outcome:
 
     def to_record(self) -> dict[str, Any]:
         try:
-            result = json.dumps(self.result, sort_keys=True, separators=(",", ":"))
+            result = json.dumps(self.result, sort_keys=True, separators=(",", ":"),
+                                allow_nan=False)
         except RecursionError:
             raise InvalidInput("outcome.result is nested too deeply") from None
+        except (TypeError, ValueError) as exc:  # NaN, Infinity, a value JSON has no form for
+            raise InvalidInput(f"outcome.result is not JSON: {exc}") from None
         return {"status": self.status.value, "result_json": result, "source": self.source}
 
     @classmethod

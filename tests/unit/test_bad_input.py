@@ -80,6 +80,22 @@ def test_non_json_payload_is_refused_before_writing(log: EventLog, payload: obje
     assert written(log) == 0
 
 
+@pytest.mark.parametrize("result", [float("nan"), {"ms": float("inf")}, [float("-inf")],
+                                    {"at": object()}])
+def test_a_result_json_has_no_form_for_is_refused_before_writing(log: EventLog,
+                                                                  result: object) -> None:
+    """NaN and Infinity are no JSON: stored, they broke every strict reader of the result
+    (the query API's clients, the Java interop reader)."""
+    worker = Worker(log, "w1")
+    key = worker.create("op-1", KIND, TARGET, {"to": TARGET}).idempotency_key
+    worker.reserve(key)
+    worker.dispatch(key)
+    before = written(log)
+    with pytest.raises(InvalidInput, match=r"outcome\.result is not JSON"):
+        worker.record(key, "succeeded", result)
+    assert written(log) == before
+
+
 def test_empty_worker_id_is_refused() -> None:
     with pytest.raises(InvalidInput):
         new_effect("op-1", KIND, TARGET, {"a": 1}, "")
