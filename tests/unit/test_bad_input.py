@@ -15,9 +15,9 @@ from effectlog.errors import CodecError, InvalidInput, PayloadMismatch
 from effectlog.keys import MAX_KEY_BYTES, make_key, validate_key
 from effectlog.log import EVENTS, EventLog, open_log
 from effectlog.machine import new_effect
-from effectlog.model import Transition
+from effectlog.model import State, Transition
 from effectlog.view import LogView
-from effectlog.worker import Worker
+from effectlog.worker import EffectInDoubt, Worker
 
 KIND, TARGET = "email.send", "mailto:a@example.com"
 KEY = f"agent:op-1:{KIND}:{TARGET}"
@@ -94,6 +94,25 @@ def test_a_result_json_has_no_form_for_is_refused_before_writing(log: EventLog,
     with pytest.raises(InvalidInput, match=r"outcome\.result is not JSON"):
         worker.record(key, "succeeded", result)
     assert written(log) == before
+
+
+def test_a_call_answering_nan_leaves_its_effect_unknown_not_recorded(log: EventLog) -> None:
+    """The call happened; what it answered cannot be recorded: UNKNOWN with the reason, the
+    error raised, and the next delivery does not call again."""
+    worker, calls = Worker(log, "w1"), []
+
+    def call(effect: object) -> float:
+        calls.append(effect)
+        return float("nan")
+
+    with pytest.raises(InvalidInput, match=r"outcome\.result is not JSON"):
+        worker.perform("op-1", KIND, TARGET, {"to": TARGET}, call)
+    effect = worker.get(KEY)
+    assert effect is not None and effect.state is State.UNKNOWN
+    assert effect.error is not None and "not JSON" in effect.error
+    with pytest.raises(EffectInDoubt):
+        worker.perform("op-1", KIND, TARGET, {"to": TARGET}, call)
+    assert len(calls) == 1
 
 
 def test_empty_worker_id_is_refused() -> None:
