@@ -72,16 +72,22 @@ def purged_behind(tmp: Path) -> tuple[str, str]:
     run(url, tmp / "B", "project", "--once", "--quiet")  # B lags from here on
     with open_log(url) as log:
         Worker(log, "w1").record(key, State.SUCCEEDED, {"sent": key})
-    run(url, tmp / "A", "project", "--once", "--quiet")
+    assert expire_and_purge(url, tmp / "A", key, "op-other") == 4  # C, R, D, RECORD
+    return url, key
+
+
+def expire_and_purge(url: str, state: Path, key: str, other: str) -> int:
+    """Expire the settled ``key`` (projected in ``state``), append an effect ``other``
+    after its tombstone, and purge: how many records went."""
+    run(url, state, "project", "--once", "--quiet")
     time.sleep(1.1)
-    assert json.loads(run(url, tmp / "A", "expire", "--older-than", "1s", "--json"))[
+    assert json.loads(run(url, state, "expire", "--older-than", "1s", "--json"))[
         "expired"] == [key]
     with open_log(url) as log:
-        Worker(log, "w2").create("op-other", KIND, "mailto:o@example.com", {"to": "o"})
-    report = json.loads(run(url, tmp / "A", "expire", "--older-than", "1h", "--purge-after",
+        Worker(log, "w2").create(other, KIND, f"mailto:{other}@example.com", {"to": other})
+    report = json.loads(run(url, state, "expire", "--older-than", "1h", "--purge-after",
                             "0s", "--json"))
-    assert report["purged"] == 4  # CREATE, RESERVE, DISPATCH, RECORD; the tombstone stays
-    return url, key
+    return int(report["purged"])
 
 
 def test_a_projection_that_lagged_behind_a_purge_forgets_the_key_as_a_full_replay_does(
@@ -118,15 +124,8 @@ def test_a_purge_keeps_one_mark_per_key_and_purges_an_old_mark_with_the_next_eff
                            "--purge-after", "0s", "--json"))
     assert again["purged"] == 0  # the mark alone is left: nothing more to delete
     perform(url, "w3", {"to": "k"})
-    run(url, tmp_path / "A", "project", "--once", "--quiet")
-    time.sleep(1.1)
-    assert json.loads(run(url, tmp_path / "A", "expire", "--older-than", "1s", "--json"))[
-        "expired"] == [key]
-    with open_log(url) as log:
-        Worker(log, "w2").create("op-third", KIND, "mailto:t@example.com", {"to": "t"})
-    report = json.loads(run(url, tmp_path / "A", "expire", "--older-than", "1h",
-                            "--purge-after", "0s", "--json"))
-    assert report["purged"] == 5  # the old mark and the second effect's four events
+    # the old mark and the second effect's four events
+    assert expire_and_purge(url, tmp_path / "A", key, "op-third") == 5
     with open_log(url, create=False) as log:
         assert [(r.value, r.expires) for r in log.read_key(EVENTS, key)] == [(b"", PURGED)]
     assert full_replay(url, tmp_path, key) is None
