@@ -40,7 +40,7 @@ COMMANDS: dict[str, str] = {
 HELP: dict[str, str] = {
     "append": "Append transitions read as JSON lines on stdin (for non-Python workers).",
     "history": "Show every event of one key, read from the log.",
-    "topics": "Create, check and delete the Kafka topics.",
+    "topics": "Create (or check) and delete the Kafka topics.",
     "get": "Show the current state of one key from the projection.",
     "list": "List effects by state and age (an index range scan).",
     "stats": "Counts by state, rejected events by reason, lag and metrics.",

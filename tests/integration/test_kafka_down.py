@@ -62,11 +62,11 @@ def test_topics_delete_asks_then_deletes_every_log_under_the_prefix(kafka_bootst
     log = ["--log", f"kafka://{kafka_bootstrap}"]
     asked = _cli(*log, "topics", "delete", "--prefix", prefix, stdin="")
     assert asked.returncode == 2 and "pass --yes" in asked.stderr  # no terminal to ask on
-    names = [f"{prefix}{n}.{t}" for n in ("a", "b") for t in ("commands", "events")]
+    names = [f"{prefix}{n}.{t}" for n in ("a", "b") for t in ("commands", "events", "state")]
     assert asked.stdout.splitlines() == names
     deleted = _cli(*log, "topics", "delete", "--prefix", prefix, "--yes")
     assert deleted.returncode == 0, deleted.stderr
-    assert deleted.stdout.splitlines() == [*names, "deleted 4 topic(s)"]
+    assert deleted.stdout.splitlines() == [*names, "deleted 6 topic(s)"]
     again = _cli(*log, "topics", "delete", "--prefix", prefix, "--yes")
     assert again.returncode == 1 and "no effectlog topics with prefix" in again.stderr
     sqlite = _cli("--log", "sqlite:///x.db", "topics", "delete", "--prefix", "x", "--yes")

@@ -165,7 +165,8 @@ class TopicsReport(list[str]):
 
 
 def create_topics(settings: KafkaSettings, *, strict: bool = False) -> TopicsReport:
-    """Create the events and commands topics unless they exist, and check those that do.
+    """Create the events, commands and state (changelog) topics unless they exist, and
+    check those that do.
 
     Raises :class:`Conflict` when an existing topic contradicts ``settings`` (or, with
     ``strict``, lacks the replication the cluster calls for) and :class:`BackendUnavailable`

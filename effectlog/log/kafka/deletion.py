@@ -1,8 +1,8 @@
 """Find and delete an effect log's topics by prefix (``effectlog topics delete``).
 
-Only effectlog's own topics match: ``<name>.events`` and ``<name>.commands`` whose ``<name>``
-starts with the prefix, so a demo's many runs (``effects-demo-<ms>``) go with one prefix and
-nothing else on the cluster does.
+Only effectlog's own topics match: ``<name>.events``, ``<name>.commands`` and ``<name>.state``
+(the changelog) whose ``<name>`` starts with the prefix, so a demo's many runs
+(``effects-demo-<ms>``) go with one prefix and nothing else on the cluster does.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from effectlog.errors import BackendUnavailable
-from effectlog.log.base import TOPICS
 from effectlog.log.kafka.producer import error_text
-from effectlog.log.kafka.settings import KafkaSettings
+from effectlog.log.kafka.settings import KAFKA_TOPICS, KafkaSettings
 
 
 def _admin(settings: KafkaSettings) -> AdminClient:
@@ -31,7 +30,7 @@ def matching_topics(settings: KafkaSettings, prefix: str) -> list[str]:
         names = _admin(settings).list_topics(timeout=settings.timeout_s).topics
     except KafkaException as exc:
         raise _unreachable(settings, exc) from None
-    suffixes = tuple(f".{logical}" for logical in TOPICS)
+    suffixes = tuple(f".{logical}" for logical in KAFKA_TOPICS)
     return sorted(name for name in names
                   if name.startswith(prefix) and name.endswith(suffixes)
                   and name.rsplit(".", 1)[0].startswith(prefix))
