@@ -48,25 +48,28 @@ HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=2, rea
 
 
 def fill(settings: KafkaSettings, count: int) -> None:
-    """``count`` RESERVED snapshots of distinct keys over every partition (as a compacted
-    topic holds them), produced in large batches with the clients' murmur2 placement."""
+    """``count`` distinct keys over every partition, each CREATEd and RESERVEd (a key's
+    first record read is its first record ever: a lone RESERVE would be rejected), produced
+    in large batches with the clients' murmur2 placement."""
     codec = event_codec()
     producer = Producer({**settings.client_config(), "linger.ms": 20, "acks": "all",
                          "partitioner": "murmur2_random", "enable.idempotence": True,
                          "batch.size": 1 << 20})
     topic = settings.topic(EVENTS)
-    template = advance(new_effect("op", "email.send", "mailto:u@example.com", {"n": 0}, "w1"),
-                       T.RESERVE, "w1").to_record()
+    create = new_effect("op", "email.send", "mailto:u@example.com", {"n": 0}, "w1")
+    templates = [(create.to_record(), "c"), (advance(create, T.RESERVE, "w1").to_record(), "r")]
     for i in range(count):
-        record = dict(template, idempotency_key=f"agent:op{i}:email.send:mailto:u{i}@example.com",
-                      operation_id=f"op{i}", target=f"mailto:u{i}@example.com",
-                      event_id=f"e{i}")
-        while True:
-            try:
-                producer.produce(topic, codec.encode(record), record["idempotency_key"].encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
+        for template, tag in templates:
+            record = dict(template, idempotency_key=f"agent:op{i}:email.send:mailto:u{i}@example.com",
+                          operation_id=f"op{i}", target=f"mailto:u{i}@example.com",
+                          event_id=f"{tag}{i}")
+            while True:
+                try:
+                    producer.produce(topic, codec.encode(record),
+                                     record["idempotency_key"].encode())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
         producer.poll(0)
     producer.flush(60)
 
