@@ -25,8 +25,9 @@ from urllib.parse import quote
 from effectlog.errors import BackendUnavailable, InvalidInput, LogMissing
 from effectlog.log.base import EVENTS, TOMBSTONE, TOPICS, EventLog, Position, Record
 from effectlog.log.sqlite_rows import (
-    columns,
+    COLUMNS,
     enable_wal,
+    key_records,
     path_error,
     path_from_url,
     record,
@@ -274,11 +275,30 @@ class SqliteLog(EventLog):
         table = table_of(topic)
         deadline = time.monotonic() + timeout
         while True:
-            rows = self._query(f"SELECT {columns(table)} FROM {table} WHERE rid > ? "
-                               "ORDER BY rid LIMIT ?", (offset, limit))
-            if rows or time.monotonic() >= deadline:
-                return [record(topic, row) for row in rows]
+            found = self._read_range(topic, table, offset, limit)
+            if found or time.monotonic() >= deadline:
+                return found
             time.sleep(_POLL_S)
+
+    def _read_range(self, topic: str, table: str, offset: int, limit: int) -> list[Record]:
+        """Up to ``limit`` records after ``offset``, in one read transaction with the look,
+        for each tombstone among them, for an earlier record of its key (a purge mark when
+        none is left): a purge between the two cannot split them."""
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN")
+                try:
+                    rows = db.execute(f"SELECT {COLUMNS} FROM {table} WHERE rid > ? "
+                                      "ORDER BY rid LIMIT ?", (offset, limit)).fetchall()
+                    marks = {rid for rid, _, value, _ in rows if not value and db.execute(
+                        f"SELECT 1 FROM {table} WHERE key = (SELECT key FROM {table} "
+                        "WHERE rid = ?) AND rid < ? LIMIT 1", (rid, rid)).fetchone() is None}
+                finally:
+                    db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"sqlite read from {self.path} failed: {exc}") from exc
+        return [record(topic, row, purge_mark=row[0] in marks) for row in rows]
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         rows = self._query(f"SELECT COALESCE(MAX(rid), 0) FROM {table_of(topic)}", ())
@@ -322,8 +342,8 @@ class SqliteLog(EventLog):
         from effectlog.machine import fold
         from effectlog.view import decode_events
 
-        records = [record(EVENTS, row) for row in self._db.execute(
-            f"SELECT {columns(table)} FROM {table} WHERE key = ? ORDER BY rid", (key,))]
+        records = key_records(EVENTS, self._db.execute(
+            f"SELECT {COLUMNS} FROM {table} WHERE key = ? ORDER BY rid", (key,)).fetchall())
         return fold(decode_events(self, key, records))[0]
 
     def purge_expired(self, before_ms: int) -> int:
@@ -352,9 +372,8 @@ class SqliteLog(EventLog):
 
     def read_key(self, topic: str, key: str) -> list[Record]:
         table = table_of(topic)
-        rows = self._query(f"SELECT {columns(table)} FROM {table} WHERE key = ? "
-                           "ORDER BY rid", (key,))
-        return [record(topic, row) for row in rows]
+        return key_records(topic, self._query(f"SELECT {COLUMNS} FROM {table} WHERE key = ? "
+                                              "ORDER BY rid", (key,)))
 
     def close(self) -> None:
         with self._lock:

@@ -59,19 +59,23 @@ def table_of(topic: str) -> str:
     return topic
 
 
-def columns(table: str) -> str:
-    """The columns :func:`record` reads a row of ``table`` from. Rows are read as bytes and
-    integers whatever another tool stored in them, so a foreign or damaged row becomes an
-    undecodable record, never an exception in the reader. The last one tells a purge mark:
-    a tombstone with no earlier record of its key left (see :func:`purge_sql`)."""
-    return (f"rid, CAST(key AS BLOB), CAST(value AS BLOB), CAST(ts AS INTEGER), "
-            f"coalesce(length(value), 0) = 0 AND NOT EXISTS (SELECT 1 FROM {table} p "
-            f"WHERE p.key = {table}.key AND p.rid < {table}.rid)")
+#: The columns :func:`record` reads a row from: as bytes and integers whatever another tool
+#: stored in them, so a foreign or damaged row becomes an undecodable record, never an
+#: exception in the reader.
+COLUMNS = "rid, CAST(key AS BLOB), CAST(value AS BLOB), CAST(ts AS INTEGER)"
 
 
-def record(topic: str, row: tuple[Any, ...]) -> Record:
-    """A Record from a row of :func:`columns` (key bytes that are not UTF-8 are replaced)."""
-    rid, key, value, ts, purge_mark = row
+def record(topic: str, row: tuple[Any, ...], *, purge_mark: bool = False) -> Record:
+    """A Record from a row of :data:`COLUMNS` (key bytes that are not UTF-8 are replaced);
+    ``purge_mark``: a tombstone with no earlier record of its key left (a purge deleted
+    them, see :meth:`SqliteLog.purge_expired`)."""
+    rid, key, value, ts = row
     return Record(topic, 0, rid - 1, key.decode("utf-8", "replace") if key is not None else "",
                   value if value is not None else b"", ts if ts is not None else 0,
                   PURGED if purge_mark else None)
+
+
+def key_records(topic: str, rows: list[tuple[Any, ...]]) -> list[Record]:
+    """The records of all of one key's rows, in log order: a tombstone first is a purge mark."""
+    return [record(topic, row, purge_mark=index == 0 and not row[2])
+            for index, row in enumerate(rows)]
